@@ -1,0 +1,29 @@
+"""Query budgets: a ledger that is charged *before* an answer, so a budget is never exceeded."""
+
+from __future__ import annotations
+
+import threading
+
+from harness.errors import BudgetExhausted
+
+
+class Ledger:
+    """Counts queries in total and per attack; refuses a batch that would overrun the budget."""
+
+    def __init__(self, budget: int | None):
+        self.budget = budget
+        self.used = 0
+        self.by_attack: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def remaining(self) -> int | None:
+        return None if self.budget is None else self.budget - self.used
+
+    def charge(self, n: int, who: str = "-") -> None:
+        """Record n queries for `who`, or raise BudgetExhausted without recording any."""
+        with self._lock:
+            if self.budget is not None and self.used + n > self.budget:
+                raise BudgetExhausted(n, self.budget - self.used, self.budget)
+            self.used += n
+            self.by_attack[who] = self.by_attack.get(who, 0) + n

@@ -1,0 +1,135 @@
+"""The `leakmeter` command line (click).
+
+Exit codes (CONTRACT.md): 0 pass, 1 fail, 2 bad input, 3 an attack or the run crashed.
+numpy/torch are imported inside the commands, after the thread count is pinned.
+"""
+
+from __future__ import annotations
+
+import sys
+from functools import wraps
+
+import click
+
+from harness.threads import pin_threads
+
+THREADS = click.option("--threads", type=click.IntRange(min=1), default=None,
+                       help="Threads per process for torch/BLAS (default 1, or LEAKMETER_THREADS).")
+SET = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+                   help="Override a scenario key by dotted path, e.g. defenses.dp_sgd.epsilon=4.")
+
+
+def _fail(msg: str, code: int) -> None:
+    click.echo(f"leakmeter: {msg}", err=True)
+    sys.exit(code)
+
+
+def guarded(fn):
+    """Turn BadInput into one line and exit 2; any other crash into one line and exit 3."""
+
+    @wraps(fn)
+    def wrapper(*args, **kwargs):
+        from harness.errors import BadInput
+
+        try:
+            return fn(*args, **kwargs)
+        except BadInput as exc:
+            _fail(f"error: {exc}", 2)
+        except KeyboardInterrupt:
+            _fail("interrupted", 3)
+        except click.exceptions.Exit:
+            raise
+        except SystemExit:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            _fail(f"crashed: {type(exc).__name__}: {exc}", 3)
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="leakmeter")
+def main() -> None:
+    """leakmeter: what can an attacker take from this model deployment?"""
+
+
+@main.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@SET
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the report JSON here.")
+@click.option("--out", type=click.Path(file_okay=False), help="Folder for report files and plots.")
+@click.option("--tracking-uri", help="MLflow tracking URI (default: sqlite:///mlflow.db here).")
+@click.option("--no-tracking", is_flag=True, help="Do not log to MLflow.")
+@THREADS
+@guarded
+def run(scenario, overrides, json_path, out, tracking_uri, no_tracking, threads) -> None:
+    """Run every attack the SCENARIO's deployment allows and print the verdict."""
+    pin_threads(threads)
+    from pathlib import Path
+
+    from harness.runner import run_scenario
+    from harness.scenario import load_scenario
+    from reports.verdict import exit_code
+
+    s = load_scenario(scenario, list(overrides))
+    if no_tracking:
+        s.tracking.enabled = False
+    report = run_scenario(s, tracking_uri=tracking_uri, out=out, json_path=json_path,
+                          source=Path(scenario).read_text())
+    _print_summary(report)
+    sys.exit(exit_code(report))
+
+
+def _print_summary(report: dict) -> None:
+    for a in report["attacks"]:
+        risk = a.get("risk") or "-"
+        click.echo(f"  {a['name']:<26} {a['status']:<8} risk={risk:<6} queries={a.get('queries', 0):<8}"
+                   f" {a.get('reason', '')}")
+    if report.get("error"):
+        click.echo(f"run crashed: {report['error']}", err=True)
+    click.echo(f"verdict: {report.get('verdict')} (risk {report.get('risk')}); "
+               f"report: {report.get('outdir')}/report.json; mlflow run: {report.get('mlflow_run_id')}")
+
+
+@main.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@SET
+@guarded
+def validate(scenario, overrides) -> None:
+    """Check a SCENARIO file (and its attack list) without running anything."""
+    from harness.runner import plan_attacks
+    from harness.scenario import load_scenario
+
+    s = load_scenario(scenario, list(overrides))
+    plan = plan_attacks(s)
+    click.echo(f"{scenario}: valid ({s.name}; interface {s.interface.kind}/{s.interface.output}; "
+               f"{len(plan)} attack(s) planned)")
+
+
+@main.command()
+def attacks() -> None:
+    """List the registered attacks: name, family, interfaces, paper section."""
+    from harness.attacks import registry
+
+    rows = [(c.name, c.family, ",".join(sorted(c.needs)), c.paper, c.summary)
+            for c in registry().values()]
+    w = [max(len(r[i]) for r in rows + [("name", "family", "needs", "paper", "")]) for i in range(4)]
+    click.echo(f"{'name':<{w[0]}}  {'family':<{w[1]}}  {'needs':<{w[2]}}  {'paper':<{w[3]}}  summary")
+    for r in rows:
+        click.echo(f"{r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:<{w[2]}}  {r[3]:<{w[3]}}  {r[4]}")
+
+
+# Other issues add commands here by importing their modules (bound, serve, scan, sweep, compare).
+def _register_optional() -> None:
+    import importlib
+    import importlib.util
+
+    for mod in ("harness.cli_bound", "harness.cli_endpoints", "harness.cli_sweep"):
+        if importlib.util.find_spec(mod) is not None:
+            importlib.import_module(mod).register(main)
+
+
+_register_optional()
+
+if __name__ == "__main__":
+    main()

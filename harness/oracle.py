@@ -1,0 +1,133 @@
+"""The oracle: the attacker's only view of the deployment.
+
+`Oracle` wraps a victim backend (local model or HTTP endpoint) with the interface's rules
+(which methods exist, what `predict` returns) and the scenario's defenses (query budget,
+output noise, rounding, top-k, explanation noise). `oracle.view(attack_name)` hands one
+attack a view that counts its queries against the shared budget.
+
+Every call is batched: one call with a batch of N inputs counts N queries, and the budget is
+charged *before* the backend is asked, so it can never be exceeded. Answers come back as
+float64 tensors on the scenario's device (labels as int64), converted, never truncated.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from defenses.budget import Ledger
+from defenses.output import OutputDefenses
+from harness.errors import InterfaceError
+
+# which oracle methods each interface offers
+OFFERS = {
+    "prediction": {"predict"},
+    "gradient": {"predict", "explain"},
+    "smoothgrad": {"predict", "explain"},
+    "whitebox": {"predict", "explain", "weights"},
+}
+
+
+class Oracle:
+    """Shared state of one run: backend, defenses, ledger and the noise generator."""
+
+    def __init__(self, backend: Any, info: Any, defenses: OutputDefenses, budget: int | None,
+                 seed: int = 0, progress: Any = None):
+        self.backend = backend
+        self.info = info
+        self.defenses = defenses
+        self.ledger = Ledger(budget)
+        self.gen = torch.Generator(device="cpu").manual_seed(seed + 7919)
+        self.progress = progress
+
+    def view(self, attack: str) -> OracleView:
+        """The handle one attack gets: same budget, its own query count."""
+        return OracleView(self, attack)
+
+
+class OracleView:
+    """What an attack may call: `predict`, `explain`, `weights`, plus public facts."""
+
+    def __init__(self, oracle: Oracle, attack: str):
+        self._o = oracle
+        self.attack = attack
+        self.info = oracle.info
+
+    # --------------------------------------------------------------- bookkeeping
+    @property
+    def interface(self) -> str:
+        return self.info.interface
+
+    @property
+    def output(self) -> str:
+        return self.info.output
+
+    def offers(self, method: str) -> bool:
+        return method in OFFERS[self.info.interface]
+
+    @property
+    def queries(self) -> int:
+        """Queries this attack has made."""
+        return self._o.ledger.by_attack.get(self.attack, 0)
+
+    @property
+    def remaining(self) -> int | None:
+        """Queries left in the run's budget (None = unlimited)."""
+        return self._o.ledger.remaining
+
+    def affordable(self, n: int) -> int:
+        """How many of n queries the budget still allows."""
+        rem = self.remaining
+        return n if rem is None else max(0, min(n, rem))
+
+    @property
+    def device(self) -> torch.device:
+        return self.info.device
+
+    def _require(self, method: str) -> None:
+        if not self.offers(method):
+            offered = ", ".join(sorted(OFFERS[self.info.interface]))
+            raise InterfaceError(
+                f"the {self.info.interface} interface does not offer {method}(); it offers {offered}"
+            )
+
+    def _prepare(self, x: Any) -> torch.Tensor:
+        x = torch.as_tensor(x)
+        if x.dim() == 1:
+            x = x[None, :]
+        x = x.reshape(len(x), -1)
+        if x.shape[1] != self.info.dim:
+            raise ValueError(f"queries must have {self.info.dim} features, got {x.shape[1]}")
+        return x.to(self.info.device, torch.float64)
+
+    def _charge(self, n: int) -> None:
+        self._o.ledger.charge(n, self.attack)
+        if self._o.progress is not None:
+            self._o.progress(n)
+
+    # --------------------------------------------------------------- the API
+    def predict(self, x: Any) -> torch.Tensor:
+        """Predictions for a batch: labels (N,), probabilities (N, C) or logits (N, K)."""
+        self._require("predict")
+        x = self._prepare(x)
+        self._charge(len(x))
+        y = self._o.backend.predict(x, self.info.output)
+        if self.info.output == "label":
+            return y.to(self.info.device, torch.long)
+        y = y.to(self.info.device, torch.float64)
+        return self._o.defenses.apply_predict(y, self.info.output, self._o.gen)
+
+    def explain(self, x: Any) -> torch.Tensor:
+        """Input gradients (or SmoothGrad) for a batch, (N, d)."""
+        self._require("explain")
+        x = self._prepare(x)
+        self._charge(len(x))
+        kind = "smoothgrad" if self.info.interface == "smoothgrad" else "gradient"
+        g = self._o.backend.explain(x, kind, self._o.gen).to(self.info.device, torch.float64)
+        return self._o.defenses.apply_explain(g, self._o.gen)
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The released weights (white-box only). Not counted as a query."""
+        self._require("weights")
+        return self._o.backend.weights()

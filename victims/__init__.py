@@ -1,0 +1,1 @@
+"""leakmeter victims."""
