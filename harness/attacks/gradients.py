@@ -32,20 +32,40 @@ def fd_cost(dim: int) -> int:
     return dim + 1
 
 
-def finite_difference_gradients(oracle, x: torch.Tensor, step: float) -> torch.Tensor:
+def answers_precision(y: torch.Tensor) -> str:
+    """"float32" when every answer is exactly representable in float32 (a float32 model or
+    endpoint), else "float64". An attacker can read this off the answers themselves."""
+    y = y.reshape(-1)
+    return "float32" if bool(torch.all(y.float().double() == y)) else "float64"
+
+
+def auto_step(precision: str) -> float:
+    """Finite-difference step for answers of this precision (inputs of unit scale).
+
+    Small steps rarely cross a ReLU kink (a crossing corrupts one coordinate of the estimate);
+    the step must still be large against the answers' rounding error.
+    """
+    return 1e-3 if precision == "float32" else 1e-7
+
+
+def finite_difference_gradients(oracle, x: torch.Tensor, step: float | None = None) -> torch.Tensor:
     """Forward-difference gradients of every logit signal at each point: (N, K', d).
 
-    One predict call of N·(d+1) queries: the points, then each point plus `step`·e_j.
+    Two batched predict calls, N·(d+1) queries: the points, then each point plus `step`·e_j.
+    `step=None` picks it from the precision of the first answers (see `auto_step`).
     """
     n, d = x.shape
+    raw = oracle.predict(x)
+    if step is None:
+        step = auto_step(answers_precision(raw))
+    base = logit_signals(raw, oracle.output)
     eye = torch.eye(d, dtype=x.dtype, device=x.device)
     shifted = (x[:, None, :] + step * eye[None]).reshape(n * d, d)
-    out = logit_signals(oracle.predict(torch.cat([x, shifted])), oracle.output)
-    base, moved = out[:n], out[n:].reshape(n, d, -1)
+    moved = logit_signals(oracle.predict(shifted), oracle.output).reshape(n, d, -1)
     return ((moved - base[:, None, :]) / step).permute(0, 2, 1)
 
 
-def gradient_rows(oracle, x: torch.Tensor, fd_step: float) -> tuple[torch.Tensor, str]:
+def gradient_rows(oracle, x: torch.Tensor, fd_step: float | None) -> tuple[torch.Tensor, str]:
     """Gradient rows at x through the best path the API offers; returns (rows, path)."""
     if oracle.offers("explain"):
         return oracle.explain(x), "explain"

@@ -26,7 +26,7 @@ class SpanParams(Params):
     batch: int = 16  # points per round
     rtol: float = 1e-5  # rank tolerance relative to the largest singular value
     patience: int = 2  # rounds without rank growth before stopping
-    fd_step: float = 1e-3  # finite-difference step (prediction APIs)
+    fd_step: float | None = None  # finite-difference step; None = from the answers' precision
     min_gap: float = 100.0  # σ_r / σ_{r+1} below this = no clear rank
 
 
@@ -99,6 +99,10 @@ class SpanNonAdaptive(Attack):
                        metrics=metrics, notes=[f"gradients via {path}"])
         if r == 0:
             art.outcome, art.reason = "failed", "all gradients were zero"
+        elif r >= d:
+            art.outcome = "failed"
+            art.reason = ("the gradients span the whole input space: the first layer has full rank, "
+                          "or the answers are too noisy to separate a subspace")
         elif gap < params.min_gap:
             art.outcome = "partial"
             art.reason = (f"no clear spectral gap (σ_r/σ_r+1 = {gap:.3g} < {params.min_gap}): "
@@ -116,6 +120,9 @@ class SpanNonAdaptive(Attack):
             lvl = "high" if artifact.outcome == "ok" and r > 0 else "medium"
             return lvl, f"a rank-{r} subspace was recovered in {q} queries (no truth to compare)"
         r, k, ang = int(m["recovered_rank"]), int(m["true_rank"]), m["max_principal_angle_deg"]
+        if r > k:
+            return "low", (f"the recovered rank {r} exceeds the true rank {k}: noise, not the span "
+                           f"({q} queries)")
         if r >= k and ang < 1.0:
             return "high", f"the full first-layer span (rank {k}) leaked in {q} queries"
         if r >= k / 2 and ang < 5.0:
