@@ -91,6 +91,15 @@ def _rero(s: Scenario, victim, attacks: list[dict[str, Any]], outdir: Path) -> l
     return rero_section(s, victim, attacks, outdir)
 
 
+def _knowledge(s: Scenario, victim, oracle: Oracle, name: str, seed: int):
+    """The informed-adversary provider (victims/informed.py) for local victims, else None."""
+    if getattr(victim.truth, "data", None) is None:
+        return None
+    from victims.informed import InformedKnowledge
+
+    return InformedKnowledge(s, victim, oracle, name, seed)
+
+
 def run_attack(planned: Planned, oracle: Oracle, victim, s: Scenario, outdir: Path,
                tracker: Tracker, parent: str | None) -> dict[str, Any]:
     """Run, score and judge one attack; never raises (a crash becomes status: error)."""
@@ -109,7 +118,7 @@ def run_attack(planned: Planned, oracle: Oracle, victim, s: Scenario, outdir: Pa
     ctx = RunContext(seed=seed, rng=np.random.default_rng(seed),
                      gen=torch.Generator(device="cpu").manual_seed(seed),
                      device=victim.info.device, outdir=adir, progress=_progress_factory(),
-                     scenario=s)
+                     scenario=s, knowledge=_knowledge(s, victim, oracle, atk.name, seed))
     run_id = tracker.start(atk.name, {"leakmeter.attack": atk.name, "leakmeter.family": atk.family},
                            parent=parent)
     t0 = time.perf_counter()
@@ -128,7 +137,8 @@ def run_attack(planned: Planned, oracle: Oracle, victim, s: Scenario, outdir: Pa
     if art is not None:
         metrics = dict(art.metrics)
         try:
-            metrics.update(score(art, victim.truth, victim.info))
+            truth = getattr(ctx.knowledge, "truth", None) or victim.truth  # informed release
+            metrics.update(score(art, truth, victim.info))
         except Exception as exc:  # noqa: BLE001
             entry.update(status="error", reason=f"scoring failed: {type(exc).__name__}: {exc}")
         metrics["queries"] = float(view.queries)
@@ -233,6 +243,9 @@ def _finish(report, s, tracker, parent, outdir, json_path, failed) -> None:
     try:
         render.write_json(report, outdir / "report.json")
         (outdir / "report.md").write_text(render.to_markdown(report))
+        from reports.html import write_html
+
+        write_html(report, outdir / "report.html", s.model_dump(mode="json"))
         if json_path:
             render.write_json(report, json_path)
         metrics = {f"victim_{k}": v for k, v in report["victim"].items()

@@ -37,6 +37,9 @@ class RunContext:
     outdir: Path
     progress: Any = None  # callable(desc, total) -> tqdm-like, or None
     scenario: Any = None  # the validated Scenario (threat-model settings, never the truth)
+    # informed-adversary knowledge (paper 004 Def. 1): a lazy provider whose `release(T, C)`
+    # returns D₋, the recipe and T released models; None for remote victims
+    knowledge: Any = None
 
 
 @dataclass
