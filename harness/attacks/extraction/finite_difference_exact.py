@@ -1,0 +1,57 @@
+"""finite_difference_exact — paper 000 (Milli et al., FAT* 2019), App. C (Algorithm 1-MQ).
+
+The exact extraction of `gradient_exact` through `predict` only. The paper replaces every
+gradient of Alg. 1a by a forward finite difference (d + 1 queries each, Lemma 7: exact while
+all d + 1 points stay in one cell). Here the d + 1 price is paid only where it buys a row:
+kinks on the line are found from values (an interval is bisected while its midpoint leaves the
+chord of its ends, 1 query per step), located exactly by intersecting the affine pieces on
+either side, and the finite-difference Jacobian is taken once per cell between consecutive
+kinks ((h + 1)(d + 1) queries); the jump between neighbouring cells is the rank-one wᵢAᵢᵀ, whose
+top singular vector is unit i's normal. Total ≈ h·log(1/eps) + (h + 1)(d + 1) queries instead
+of the paper's d·h·log(1/eps). Output layer, multi-output handling, missed rows and the
+self-check are as in `gradient_exact`.
+
+What the interface must offer: real-valued predictions. Logits are used as they are;
+probabilities are turned back into logit differences — centred log-probabilities
+log p − mean(log p) equal the logits minus their mean (binary: log(p₁/p₀) is the logit) — so
+the model is recovered up to a per-input constant (scored as centred logits). Labels only,
+noisy or rounded outputs: the kinks or the self-check fail and the attack says so.
+"""
+
+from __future__ import annotations
+
+from harness.attacks import register
+from harness.attacks.base import Artifact, Attack
+from harness.attacks.extraction.gradient_exact import GradientExactParams, extract, judge_exact
+
+
+class FiniteDifferenceParams(GradientExactParams):
+    fd_step: float = 1e-5  # forward-difference step, relative to max(1, |x|∞), capped inside the cell
+    eps: float | None = None  # bracket width before locating a kink; None: 1e-4 (float64) / 1e-2
+
+
+@register
+class FiniteDifferenceExact(Attack):
+    name = "finite_difference_exact"
+    family = "extraction"
+    needs = frozenset({"prediction", "gradient", "smoothgrad", "whitebox"})
+    paper = "000 App. C (Alg. 1-MQ), Alg. 1b"
+    summary = "exact one-hidden-layer ReLU extraction from predictions (finite differences)"
+    Params = FiniteDifferenceParams
+
+    def skip_reason(self, info):
+        if info.output == "label":
+            return "needs real-valued predictions (logits or probabilities); the API returns labels"
+        return super().skip_reason(info)
+
+    def run(self, oracle, params: FiniteDifferenceParams, ctx) -> Artifact:
+        if params.eps is None:
+            import torch
+
+            f64 = oracle.info.dtype == torch.float64
+            params = params.model_copy(update={"eps": 1e-4 if f64 else 1e-2,
+                                               "fd_step": params.fd_step if f64 else 1e-3})
+        return extract(oracle, ctx, params, "values")
+
+    def judge(self, m, artifact):
+        return judge_exact(m, artifact)

@@ -1,0 +1,288 @@
+"""Shared machinery of the exact extraction attacks (paper 000 Alg. 1a/1b, App. C): searching
+random lines for the kinks of a one-hidden-layer ReLU network, locating each kink exactly from
+output values, fitting the output layer, and checking the result against fresh queries.
+
+Model recovered: f(x) = Σᵢ pᵢ·ReLU(nᵢ·x + bᵢ) + qᵢ·(nᵢ·x + bᵢ) + c, with unit normals nᵢ and
+offsets bᵢ (one per hidden unit, first-layer biases included) and K output rows (p, q, c).
+Every one-hidden-layer ReLU network W·ReLU(Ax + β) + c has this form (the paper's sign vector
+s of Alg. 1b is the pair (p, q) restricted to {−1, 0, 1} after scaling).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from harness.attacks.gradients import logit_signals
+from harness.errors import AttackFailed
+
+
+class OutOfBudget(Exception):
+    """The next batch would not fit in the query budget (nothing was asked)."""
+
+
+def ask(oracle, x: torch.Tensor, what: str = "predict") -> torch.Tensor:
+    """One batched oracle call; OutOfBudget instead of a partial answer."""
+    if len(x) == 0:
+        k = oracle.info.dim if what == "explain" else max(1, oracle.info.n_outputs)
+        return torch.zeros(0, k, dtype=torch.float64, device=oracle.device)
+    if oracle.affordable(len(x)) < len(x):
+        raise OutOfBudget(f"{len(x)} more queries needed, {oracle.remaining} left")
+    if what == "explain":
+        return oracle.explain(x)
+    y = oracle.predict(x)
+    out = logit_signals(y, oracle.output)
+    if oracle.output == "probabilities":
+        # an underflowed (or, binary, saturated) probability no longer carries its logit
+        floor = 1e-290 if y.shape[1] > 2 else 1e-12
+        out[y.reshape(len(y), -1).amin(1) < floor] = float("nan")
+    return out
+
+
+def output_space(oracle) -> str:
+    """`raw` when predict reveals the raw outputs, `centered` when only logits − their mean."""
+    if oracle.output == "probabilities" and oracle.info.n_outputs > 1:
+        return "centered"
+    return "raw"
+
+
+def sinh_grid(n: int, span: float, device, dtype=torch.float64) -> torch.Tensor:
+    """n points on [−span, span], dense near 0 (t = sinh(s), s uniform): kinks on a Gaussian
+    line are Cauchy distributed, so most lie near 0 but a few lie far out."""
+    s = torch.linspace(-math.asinh(span), math.asinh(span), n, dtype=dtype, device=device)
+    return torch.sinh(s)
+
+
+def default_tol(oracle) -> float:
+    """Relative tolerance at which two answers count as different (float64 vs float32 APIs)."""
+    return 1e-9 if oracle.info.dtype == torch.float64 else 1e-4
+
+
+@dataclass
+class Line:
+    u: torch.Tensor
+    v: torch.Tensor
+
+    def at(self, t: torch.Tensor) -> torch.Tensor:
+        return self.u[None, :] + t[:, None] * self.v[None, :]
+
+
+def random_line(d: int, gen: torch.Generator, device, start: torch.Tensor | None = None) -> Line:
+    """A Gaussian line u + t·v (u given or ~ N(0, I), v ~ N(0, I))."""
+    u = torch.randn(d, generator=gen, dtype=torch.float64).to(device) if start is None else start
+    v = torch.randn(d, generator=gen, dtype=torch.float64).to(device)
+    return Line(u.to(device, torch.float64), v)
+
+
+def differ(a: torch.Tensor, b: torch.Tensor, tol: float) -> torch.Tensor:
+    """Rows of a and b that differ beyond the relative tolerance."""
+    scale = a.abs().amax(dim=1) + b.abs().amax(dim=1) + 1e-300
+    return (a - b).abs().amax(dim=1) > tol * scale
+
+
+@dataclass
+class Kinks:
+    """Kinks found on one line: brackets [tl, tr] and the signals on each side."""
+
+    tl: torch.Tensor
+    tr: torch.Tensor
+    left: torch.Tensor
+    right: torch.Tensor
+    rounds: int = 0
+    complete: bool = True
+    notes: list[str] = field(default_factory=list)
+
+
+def bisect_gradients(oracle, line: Line, grid: torch.Tensor, w_min: float, tol: float,
+                     max_open: int, max_rounds: int = 200) -> Kinks:
+    """Paper 000 Alg. 1a, all brackets at once: keep every interval whose end gradients differ
+    and halve it until it is narrower than w_min·max(1, |t|). One explain call per round."""
+    g = ask(oracle, line.at(grid), "explain")
+    ch = differ(g[:-1], g[1:], tol)
+    tl, tr, gl, gr = grid[:-1][ch], grid[1:][ch], g[:-1][ch], g[1:][ch]
+    done_l, done_r, done_gl, done_gr = [], [], [], []
+    rounds = 0
+    while len(tl) and rounds < max_rounds:
+        narrow = (tr - tl) <= w_min * torch.maximum(tl.abs(), tr.abs()).clamp_min(1.0)
+        done_l.append(tl[narrow]), done_r.append(tr[narrow])
+        done_gl.append(gl[narrow]), done_gr.append(gr[narrow])
+        tl, tr, gl, gr = tl[~narrow], tr[~narrow], gl[~narrow], gr[~narrow]
+        if not len(tl):
+            break
+        if len(tl) > max_open:
+            raise AttackFailed(
+                f"more than {max_open} gradient changes on one line: the gradient is not piecewise "
+                "constant (not a one-hidden-layer ReLU network, or noisy explanations)")
+        tm = (tl + tr) / 2
+        gm = ask(oracle, line.at(tm), "explain")
+        rounds += 1
+        left, right = differ(gl, gm, tol), differ(gm, gr, tol)
+        tl, tr, gl, gr = (torch.cat([tl[left], tm[right]]), torch.cat([tm[left], tr[right]]),
+                          torch.cat([gl[left], gm[right]]), torch.cat([gm[left], gr[right]]))
+    k = Kinks(torch.cat(done_l), torch.cat(done_r), torch.cat(done_gl), torch.cat(done_gr), rounds)
+    order = torch.argsort(k.tl)
+    k.tl, k.tr, k.left, k.right = k.tl[order], k.tr[order], k.left[order], k.right[order]
+    return k
+
+
+def bisect_values(oracle, line: Line, grid: torch.Tensor, w_min: float, tol: float,
+                  max_open: int, max_rounds: int = 200) -> Kinks:
+    """Kinks of the piecewise-linear restriction F(u + t·v) from values alone: an interval is
+    kept while its midpoint is off the chord of its ends (paper 001's critical points; the
+    search is the value analogue of Alg. 1a). One predict call per round."""
+    f = ask(oracle, line.at(grid))
+    scale = torch.nan_to_num(f, nan=0.0).abs().max().item() + 1e-300
+    tl, tr, fl, fr = grid[:-1], grid[1:], f[:-1], f[1:]
+    done: list[tuple[torch.Tensor, ...]] = []
+    rounds = 0
+    while len(tl) and rounds < max_rounds:
+        tm = (tl + tr) / 2
+        fm = ask(oracle, line.at(tm))
+        rounds += 1
+        local = torch.maximum(fl.abs().amax(1), fr.abs().amax(1)) + scale * 1e-6
+        bent = (fm - (fl + fr) / 2).abs().amax(dim=1) > tol * local
+        tl, tr, fl, fr, tm, fm = tl[bent], tr[bent], fl[bent], fr[bent], tm[bent], fm[bent]
+        narrow = (tr - tl) <= w_min * torch.maximum(tl.abs(), tr.abs()).clamp_min(1.0)
+        done.append((tl[narrow], tr[narrow], fl[narrow], fr[narrow]))
+        tl, tr, fl, fr, tm, fm = (a[~narrow] for a in (tl, tr, fl, fr, tm, fm))
+        if len(tl) > max_open:
+            raise AttackFailed(
+                f"more than {max_open} kinks on one line: the outputs are not piecewise linear "
+                "(not a one-hidden-layer ReLU network, or noisy/rounded outputs)")
+        tl, tr, fl, fr = (torch.cat([tl, tm]), torch.cat([tm, tr]), torch.cat([fl, fm]),
+                          torch.cat([fm, fr]))
+    cols = [torch.cat(c) if c else torch.zeros(0) for c in zip(*done, strict=True)] if done else []
+    if not cols:
+        z = grid[:0]
+        return Kinks(z, z, f[:0], f[:0], rounds)
+    k = Kinks(*cols, rounds=rounds)
+    order = torch.argsort(k.tl)
+    k.tl, k.tr, k.left, k.right = k.tl[order], k.tr[order], k.left[order], k.right[order]
+    return k
+
+
+def locate(oracle, line: Line, tl: torch.Tensor, tr: torch.Tensor,
+           fl: torch.Tensor | None = None, fr: torch.Tensor | None = None) -> torch.Tensor:
+    """Exact kink positions inside narrow brackets: intersect the affine pieces of F on each
+    side (each from two values: the bracket end and one more point a bracket-width outside).
+    Falls back to the bracket's midpoint when the intersection leaves the bracket."""
+    w = (tr - tl).clamp_min(1e-300)
+    ts = [tl - 2 * w, tr + 2 * w] if fl is not None else [tl - 2 * w, tl, tr, tr + 2 * w]
+    vals = ask(oracle, line.at(torch.cat(ts))).reshape(len(ts), len(tl), -1)
+    if fl is None:
+        fll, fl, fr, frr = vals
+    else:
+        fll, frr = vals
+    sl, sr = (fl - fll) / (2 * w[:, None]), (frr - fr) / (2 * w[:, None])
+    ds = sl - sr
+    rhs = fr - fl + sl * tl[:, None] - sr * tr[:, None]
+    den = (ds * ds).sum(1)
+    t = (ds * rhs).sum(1) / den.clamp_min(1e-300)
+    ok = (den > 0) & (t >= tl - w) & (t <= tr + w)
+    return torch.where(ok, t, (tl + tr) / 2)
+
+
+def canonical(normals: torch.Tensor, offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unit normals with their largest entry positive (a hyperplane has two orientations)."""
+    norm = normals.norm(dim=1, keepdim=True).clamp_min(1e-300)
+    n, b = normals / norm, offsets / norm[:, 0]
+    idx = n.abs().argmax(dim=1, keepdim=True)
+    sign = torch.sign(n.gather(1, idx))
+    return n * sign, b * sign[:, 0]
+
+
+def dedupe(n: torch.Tensor, b: torch.Tensor, tol: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Drop hyperplanes equal (within tol) to an earlier one."""
+    if len(n) == 0:
+        return n, b
+    dist = torch.cdist(torch.cat([n, b[:, None]], 1), torch.cat([n, b[:, None]], 1))
+    keep = torch.ones(len(n), dtype=torch.bool, device=n.device)
+    for i in range(len(n)):  # O(h) over hyperplanes, not over queries
+        if keep[i]:
+            dup = (dist[i] < tol) & (torch.arange(len(n), device=n.device) > i)
+            keep &= ~dup
+    return n[keep], b[keep]
+
+
+class ReluNet(nn.Module):
+    """f(x) = P·ReLU(N x + b) + Q·(N x + b) + c: the extracted model (float64)."""
+
+    def __init__(self, normals: torch.Tensor, offsets: torch.Tensor, p: torch.Tensor,
+                 q: torch.Tensor, c: torch.Tensor):
+        super().__init__()
+        for name, val in dict(normals=normals, offsets=offsets, p=p, q=q, c=c).items():
+            self.register_buffer(name, val.detach().to(torch.float64).clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x.reshape(len(x), -1).to(self.normals) @ self.normals.T + self.offsets
+        return torch.relu(y) @ self.p.T + y @ self.q.T + self.c
+
+    def first_layer(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Hidden units that matter (nonzero output weight): (normals, offsets)."""
+        live = self.p.abs().amax(dim=0) > 1e-12 * (self.p.abs().max() + 1e-300)
+        return self.normals[live], self.offsets[live]
+
+
+def features(x: torch.Tensor, n: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    y = x @ n.T + b
+    return torch.cat([torch.relu(y), y, torch.ones_like(y[:, :1])], dim=1)
+
+
+def fit_points(n: torch.Tensor, b: torch.Tensor, extra: int, gen: torch.Generator,
+               scale: float = 1.0) -> torch.Tensor:
+    """Points for the output-layer fit: two near each hyperplane (one per side, so every
+    ReLU feature is both on and off somewhere) plus `extra` Gaussian points."""
+    h, d = n.shape
+    dev = n.device
+    g = torch.randn(2 * h + extra, d, generator=gen, dtype=torch.float64).to(dev) * scale
+    if h == 0:
+        return g
+    foot = -b[:, None] * n  # the point of each hyperplane closest to the origin
+    side = torch.cat([torch.ones(h), -torch.ones(h)]).to(dev, torch.float64)
+    near = foot.repeat(2, 1) + 0.5 * g[: 2 * h] + side[:, None] * n.repeat(2, 1) * 0.7 * scale
+    return torch.cat([near, g[2 * h:]])
+
+
+def fit_output(oracle, n: torch.Tensor, b: torch.Tensor, gen: torch.Generator,
+               extra: int = 16, scale: float = 1.0) -> tuple[ReluNet, float]:
+    """Least squares of the output layer on fresh queries; returns (model, condition number)."""
+    x = fit_points(n, b, extra, gen, scale)
+    y = ask(oracle, x)
+    keep = ~y.isnan().any(1)
+    x, y = x[keep], y[keep]
+    phi = features(x, n, b)
+    col = phi.norm(dim=0).clamp_min(1e-300)
+    sol = torch.linalg.lstsq(phi / col, y, driver="gelsd")
+    coef = sol.solution / col[:, None]
+    s = torch.linalg.svdvals(phi / col)
+    cond = float(s[0] / s[-1]) if len(s) and s[-1] > 0 else float("inf")
+    h = len(n)
+    return ReluNet(n, b, coef[:h].T, coef[h:2 * h].T, coef[2 * h]), cond
+
+
+def self_check(oracle, net: ReluNet, x: torch.Tensor) -> tuple[float, torch.Tensor]:
+    """The attacker's own check on fresh queries: max |f̂ − F| / RMS(F), and per-point errors."""
+    y = ask(oracle, x)
+    keep = ~y.isnan().any(1)
+    x, y = x[keep], y[keep]
+    if not len(y):
+        return float("inf"), torch.zeros(0)
+    with torch.no_grad():
+        err = (net(x) - y).abs().amax(dim=1)
+    rms = float(y.pow(2).mean().sqrt()) + 1e-300
+    return float(err.max()) / rms, err / rms
+
+
+def check_points(oracle, m: int, gen: torch.Generator) -> torch.Tensor:
+    """Fresh check points: half from the attacker's pool (if any), half Gaussian."""
+    d = oracle.info.dim
+    g = torch.randn(m, d, generator=gen, dtype=torch.float64).to(oracle.device)
+    pool = oracle.info.x_pool
+    if pool is not None and len(pool):
+        k = min(m // 2, len(pool))
+        idx = torch.randperm(len(pool), generator=gen)[:k]
+        g[:k] = pool.reshape(len(pool), -1)[idx.to(pool.device)].to(g)
+    return g

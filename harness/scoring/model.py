@@ -1,0 +1,123 @@
+"""Scoring extracted models against the victim: exact attacks and query learning (kind
+"model") and the surrogate's learning curve (kind "surrogate").
+
+Metrics (kind "model"), on the victim's held-out data and on N(0, I) inputs:
+- max_rel_error: max over inputs and outputs of |f̂ − f|, divided by the RMS of f over the
+  same inputs (compared as centred logits when the API only revealed those);
+  also max_rel_error_data / max_rel_error_gaussian.
+- normalized_loss_gaussian / normalized_loss_data: E[(f − f̂)²] / E[f²] (paper 001's measure).
+- agreement: share of inputs where both predict the same label (classification only; inputs
+  where the victim's own top two outputs tie within 1e-12·RMS count as agreeing).
+- units_true / units_matched / param_error: for a victim Linear-ReLU-Linear, hidden units
+  (Aᵢ, bᵢ)/‖Aᵢ‖ matched up to permutation and scale; param_error is the largest distance.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from harness.scoring import scorer
+
+N_GAUSS = 2000
+N_DATA = 2000
+
+
+def _eval(model, x: torch.Tensor) -> torch.Tensor:
+    """Raw outputs (N, K) of a torch module or callable, float64, in chunks."""
+    outs = []
+    with torch.no_grad():
+        for i in range(0, len(x), 4096):
+            xi = x[i : i + 4096]
+            if isinstance(model, nn.Module):
+                p = next(iter(model.parameters()), None)
+                if p is None:
+                    p = next(iter(model.buffers()), None)
+                if p is not None:
+                    xi = xi.to(p.device, p.dtype)
+            outs.append(torch.as_tensor(model(xi)).reshape(len(xi), -1).to(torch.float64).cpu())
+    return torch.cat(outs)
+
+
+def eval_sets(truth, info) -> dict[str, torch.Tensor]:
+    """Held-out inputs: the victim's test data and seeded Gaussian inputs."""
+    gen = torch.Generator().manual_seed(12345)
+    sets = {"gaussian": torch.randn(N_GAUSS, info.dim, generator=gen, dtype=torch.float64)}
+    if truth.data is not None and len(truth.data.x_test):
+        x = torch.as_tensor(truth.data.x_test[:N_DATA], dtype=torch.float64)
+        sets["data"] = x.reshape(len(x), -1)
+    return sets
+
+
+def _labels(z: torch.Tensor, task: str) -> torch.Tensor:
+    return (z[:, 0] > 0).long() if z.shape[1] == 1 else z.argmax(dim=1)
+
+
+def compare_outputs(f: torch.Tensor, g: torch.Tensor, space: str, task: str) -> dict[str, float]:
+    """Error metrics of predicted outputs g against true outputs f (both (N, K))."""
+    if space == "centered":
+        f = f - f.mean(1, keepdim=True)
+        g = g - g.mean(1, keepdim=True)
+    rms = float(f.pow(2).mean().sqrt()) or 1e-300
+    out = {"max_rel_error": float((f - g).abs().max()) / rms,
+           "normalized_loss": float((f - g).pow(2).mean() / f.pow(2).mean().clamp_min(1e-300))}
+    if task != "regression":
+        same = _labels(f, task) == _labels(g, task)
+        if f.shape[1] > 1:  # the victim's own ties (e.g. all units off, outputs all 0) agree
+            top2 = f.topk(2, dim=1).values
+            same |= (top2[:, 0] - top2[:, 1]) <= 1e-12 * rms
+        else:
+            same |= f[:, 0].abs() <= 1e-12 * rms
+        out["agreement"] = float(same.double().mean())
+    return out
+
+
+def two_layer(model) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """(A, b, W) of a Linear-ReLU-Linear victim, else None."""
+    mods = [m for m in model.modules() if not list(m.children())]
+    kinds = [type(m) for m in mods]
+    if kinds != [nn.Linear, nn.ReLU, nn.Linear]:
+        return None
+    a, w = mods[0], mods[2]
+    b = a.bias if a.bias is not None else torch.zeros(a.out_features, dtype=a.weight.dtype)
+    return a.weight.detach().double().cpu(), b.detach().double().cpu(), w.weight.detach().double().cpu()
+
+
+def match_units(a, b, w, normals, offsets) -> dict[str, float]:
+    """Match true hidden units (with a nonzero output weight) to recovered hyperplanes."""
+    live = w.abs().amax(dim=0) > 1e-12 * (w.abs().max() + 1e-300)
+    a, b = a[live], b[live]
+    norm = a.norm(dim=1, keepdim=True).clamp_min(1e-300)
+    true = torch.cat([a / norm, b[:, None] / norm], 1)
+    rec = torch.cat([normals, offsets[:, None]], 1).double()
+    if len(rec) == 0:
+        return {"units_true": float(len(true)), "units_matched": 0.0, "param_error": float("inf")}
+    dist = torch.minimum(torch.cdist(true, rec), torch.cdist(true, -rec))
+    best = dist.min(dim=1).values
+    tol = 1e-4
+    return {"units_true": float(len(true)), "units_matched": float((best < tol).sum()),
+            "param_error": float(best.max()) if len(best) else 0.0}
+
+
+@scorer("model")
+def score_model(artifact, truth, info) -> dict[str, float]:
+    if truth.model is None or artifact.data.get("model") is None:
+        return {}
+    net, space = artifact.data["model"], artifact.data.get("space", "raw")
+    out: dict[str, float] = {}
+    worst = 0.0
+    for name, x in eval_sets(truth, info).items():
+        m = compare_outputs(_eval(truth.model, x), _eval(net, x), space, info.task)
+        out[f"max_rel_error_{name}"] = m["max_rel_error"]
+        out[f"normalized_loss_{name}"] = m["normalized_loss"]
+        worst = max(worst, m["max_rel_error"])
+        if "agreement" in m:
+            out[f"agreement_{name}"] = m["agreement"]
+    out["max_rel_error"] = worst
+    if "agreement_data" in out or "agreement_gaussian" in out:
+        out["agreement"] = out.get("agreement_data", out.get("agreement_gaussian", 0.0))
+    parts = two_layer(truth.model)
+    if parts is not None and artifact.data.get("normals") is not None:
+        out.update(match_units(*parts, artifact.data["normals"], artifact.data["offsets"]))
+    return {k: float(v) for k, v in out.items() if np.isfinite(v) or k == "param_error"}

@@ -1,0 +1,141 @@
+"""gradient_exact and finite_difference_exact against ground truth: the extracted model must equal
+the victim (max_rel_error on held-out and Gaussian inputs, hidden units matched up to
+permutation and scale), and defenses must turn into honest failures, never wrong models."""
+
+import pytest
+import torch
+
+from harness.runner import run_scenario
+from harness.scenario import scenario_from_dict
+
+
+def random_net(d, h, *, seed=0, task="regression", output="logits", attack="gradient_exact",
+               params=None, interface="gradient", gradient_of="predicted", dtype="float64",
+               defenses=None, activation="relu", bias=(True, False)):
+    """A scenario with an untrained random d → h → K ReLU network behind the given API."""
+    return scenario_from_dict({
+        "name": "exact", "seed": seed, "device": "cpu",
+        "victim": {"model": {"arch": "mlp", "hidden": [h], "bias": list(bias), "activation": activation},
+                   "data": {"dataset": "gaussian", "dim": d, "labels": "victim", "task": task,
+                            "n_train": 50, "n_test": 500, "attacker_pool": 20},
+                   "training": {"dtype": dtype}},
+        "interface": {"kind": interface, "output": output, "gradient_of": gradient_of},
+        "defenses": defenses or {},
+        "attacks": [{"name": attack, "params": params or {}}],
+        "tracking": {"enabled": False},
+    })
+
+
+def run_one(s, tmp_path):
+    rep = run_scenario(s, out=tmp_path / "out")
+    (entry,) = rep["attacks"]
+    assert entry["status"] == "ok", entry.get("reason")
+    return entry
+
+
+@pytest.mark.parametrize("d,h", [(8, 4), (64, 16), (784, 64)])
+def test_gradient_exact_recovers_random_two_layer_nets(d, h, tmp_path):
+    seeds = range(5) if d < 784 else range(1)
+    for seed in seeds:
+        e = run_one(random_net(d, h, seed=seed), tmp_path / str(seed))
+        m = e["metrics"]
+        assert e["outcome"] == "ok", e.get("outcome_reason")
+        assert m["max_rel_error"] <= 1e-6, (seed, m)
+        assert m["units_matched"] == m["units_true"] == h
+        assert m["param_error"] < 1e-6
+        assert e["risk"] == "high" and str(int(m["queries"])) in e["reason"]
+
+
+def test_gradient_exact_queries_do_not_grow_with_dimension(tmp_path):
+    q = {d: run_one(random_net(d, 16, seed=1), tmp_path / str(d))["metrics"]["queries"]
+         for d in (8, 784)}
+    assert q[784] < 2 * q[8], q
+
+
+@pytest.mark.parametrize("output,gradient_of", [("logits", "predicted"),
+                                                ("probabilities", "predicted"),
+                                                ("probabilities", "sum"),
+                                                ("logits", "class")])
+def test_gradient_exact_multi_output_shares_the_hidden_layer(output, gradient_of, tmp_path):
+    e = run_one(random_net(16, 8, task="multiclass", output=output, gradient_of=gradient_of),
+                tmp_path)
+    m = e["metrics"]
+    assert m["max_rel_error"] <= 1e-6 and m["agreement"] == 1.0, m
+    assert m["units_matched"] == 8
+
+
+def test_gradient_exact_handles_biases_everywhere(tmp_path):
+    e = run_one(random_net(12, 6, task="multiclass", bias=(True, True)), tmp_path)
+    assert e["metrics"]["max_rel_error"] <= 1e-6
+
+
+@pytest.mark.parametrize("defenses", [{"explanation_noise": {"sigma": 1e-3}},
+                                      {"rounding": {"decimals": 2}},
+                                      {"output_noise": {"sigma": 1e-3}}])
+def test_gradient_exact_fails_honestly_under_noise(defenses, tmp_path):
+    e = run_one(random_net(16, 8, defenses=defenses, params={"max_lines": 2}), tmp_path)
+    assert e["outcome"] == "failed", e
+    assert e["risk"] == "low" and "attack failed" in e["reason"]
+
+
+def test_gradient_exact_declines_non_relu_and_labels(tmp_path):
+    e = run_one(random_net(8, 4, activation="tanh", params={"max_lines": 1, "max_units": 64}), tmp_path)
+    assert e["outcome"] == "failed"
+    s = random_net(8, 4, task="multiclass", output="label")
+    rep = run_scenario(s, out=tmp_path / "lab")
+    assert rep["attacks"][0]["status"] == "skipped" and "real-valued" in rep["attacks"][0]["reason"]
+
+
+def test_gradient_exact_budget_gives_partial_or_failed(tmp_path):
+    e = run_one(random_net(16, 8, defenses={"query_budget": 60}), tmp_path)
+    assert e["outcome"] in ("failed", "partial") and e["queries"] <= 60
+
+
+def test_gradient_exact_float32_victim_is_approximate_not_wrong(tmp_path):
+    e = run_one(random_net(16, 8, dtype="float32"), tmp_path)
+    assert e["outcome"] == "ok" and e["metrics"]["max_rel_error"] < 1e-3
+
+
+@pytest.mark.parametrize("d,h", [(8, 4), (64, 16)])
+def test_finite_difference_exact_matches_at_about_d_times_the_queries(d, h, tmp_path):
+    for seed in range(3):
+        g = run_one(random_net(d, h, seed=seed), tmp_path / f"g{seed}")
+        f = run_one(random_net(d, h, seed=seed, attack="finite_difference_exact",
+                               interface="prediction"), tmp_path / f"f{seed}")
+        assert f["outcome"] == "ok" and f["metrics"]["max_rel_error"] <= 1e-6, f["metrics"]
+        assert f["metrics"]["units_matched"] == h
+        assert f["queries"] > g["queries"]
+        if d >= 64:
+            assert f["queries"] > d * h
+
+
+def test_finite_difference_exact_from_probabilities(tmp_path):
+    e = run_one(random_net(16, 8, task="multiclass", output="probabilities",
+                           attack="finite_difference_exact", interface="prediction"), tmp_path)
+    assert e["metrics"]["max_rel_error"] <= 1e-6 and e["metrics"]["agreement"] == 1.0
+
+
+def test_finite_difference_exact_fails_honestly_under_rounding(tmp_path):
+    e = run_one(random_net(8, 4, attack="finite_difference_exact", interface="prediction",
+                           defenses={"rounding": {"decimals": 3}}, params={"max_lines": 2}), tmp_path)
+    assert e["outcome"] == "failed"
+
+
+def test_extracted_model_artifact_is_a_torch_module(tmp_path):
+    import numpy as np
+
+    from defenses.output import OutputDefenses
+    from harness.attacks import registry
+    from harness.attacks.base import RunContext
+    from harness.oracle import Oracle
+    from victims.build import build_victim
+
+    s = random_net(10, 5)
+    v = build_victim(s)
+    view = Oracle(v.backend, v.info, OutputDefenses(), None).view("gradient_exact")
+    atk = registry()["gradient_exact"]()
+    ctx = RunContext(0, np.random.default_rng(0), torch.Generator().manual_seed(0),
+                     torch.device("cpu"), tmp_path)
+    art = atk.run(view, atk.Params(), ctx)
+    x = torch.randn(300, 10, dtype=torch.float64) * 3
+    assert torch.allclose(art.data["model"](x), v.truth.model(x), rtol=0, atol=1e-10)
