@@ -285,9 +285,16 @@ def parse_value(text: str) -> Any:
     if text.strip().lower() == "none":
         return None
     try:
-        return yaml.safe_load(text)
+        value = yaml.safe_load(text)
     except yaml.YAMLError:
         return text
+    if isinstance(value, str):  # YAML reads "1e3" as a string; users mean a number
+        try:
+            num = float(value)
+        except ValueError:
+            return value
+        return int(num) if num.is_integer() and "e" in value.lower() else num
+    return value
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str] | None) -> dict[str, Any]:

@@ -9,10 +9,24 @@ import harness  # noqa: E402,F401  (pins threads before numpy/torch)
 import pytest  # noqa: E402
 
 
+@pytest.fixture(scope="session")
+def _mlflow_template(tmp_path_factory):
+    """An initialised SQLite MLflow store (creating one runs migrations: ~10 s), built once."""
+    from mlflow.tracking import MlflowClient
+
+    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
+    return path
+
+
 @pytest.fixture
-def tracking_uri(tmp_path):
-    """A fresh embedded SQLite MLflow store for one test."""
-    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+def tracking_uri(tmp_path, _mlflow_template):
+    """A fresh embedded SQLite MLflow store for one test (a copy of the initialised template)."""
+    import shutil
+
+    dst = tmp_path / "mlflow.db"
+    shutil.copy(_mlflow_template, dst)
+    return f"sqlite:///{dst}"
 
 
 def make_scenario(**over):
@@ -24,7 +38,7 @@ def make_scenario(**over):
         "victim": {
             "model": {"arch": "mlp", "hidden": [16]},
             "data": {"dataset": "digits", "n_train": 300, "attacker_pool": 50},
-            "training": {"epochs": 5, "lr": 0.1, "batch_size": 64, "dtype": "float64"},
+            "training": {"epochs": 10, "lr": 0.1, "momentum": 0.9, "batch_size": 64, "dtype": "float64"},
         },
         "interface": {"kind": "gradient", "output": "probabilities"},
         "tracking": {"enabled": False},

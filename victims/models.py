@@ -36,6 +36,8 @@ def _per_layer(value: Any, n: int, key: str) -> list[Any]:
 class MLP(nn.Sequential):
     """Fully connected network; `first` is the first Linear layer (the span attacks' A)."""
 
+    __jit_unused_properties__ = ["first"]
+
     @property
     def first(self) -> nn.Linear:
         return next(m for m in self.modules() if isinstance(m, nn.Linear))
