@@ -1,0 +1,129 @@
+"""The registry contract: every registered attack, present and future, is checked here.
+
+Each attack declares family, needs, paper section and typed defaults; runs with its defaults on
+a tiny victim of every interface it accepts, within a budget, reporting queries and wall time;
+and is handed only the oracle: its source never reaches for the victim, the truth or the
+oracle's backend, and the backend it talks to is sealed (only the API methods exist on it).
+"""
+
+import dataclasses
+import inspect
+import re
+
+import pytest
+import torch
+from conftest import make_scenario
+
+from defenses.output import OutputDefenses
+from harness.attacks import registry
+from harness.attacks.base import FAMILIES, INTERFACES, Artifact, Attack
+from harness.oracle import Oracle
+from harness.runner import Planned, run_attack
+from harness.scenario import scenario_from_dict
+from reports.tracking import Tracker
+from reports.verdict import LEVELS
+from victims.build import build_victim
+from victims.local import LocalBackend
+
+BUDGET = 3000
+ATTACKS = sorted(registry())
+OUTPUT = {"prediction": "probabilities", "gradient": "probabilities",
+          "smoothgrad": "probabilities", "whitebox": "logits"}
+
+VICTIMS = {
+    "digits": {"model": {"arch": "mlp", "hidden": [8]},
+               "data": {"dataset": "digits", "n_train": 150, "attacker_pool": 40},
+               "training": {"epochs": 5, "lr": 0.1, "momentum": 0.9, "dtype": "float64"}},
+    "binary": {"model": {"arch": "mlp", "hidden": [6]},
+               "data": {"dataset": "gaussian", "dim": 8, "labels": "victim", "task": "binary",
+                        "n_train": 60, "n_test": 100, "attacker_pool": 40},
+               "training": {"dtype": "float64"}},
+}
+
+
+class SealedBackend:
+    """Only the API: closures over the real backend, no attribute leads to the model."""
+
+    __slots__ = ("predict", "explain", "weights", "remote")
+
+    def __init__(self, inner: LocalBackend):
+        self.predict = lambda x, kind: inner.predict(x, kind)
+        self.explain = lambda x, kind, gen: inner.explain(x, kind, gen)
+        self.weights = lambda: inner.weights()
+        self.remote = False
+
+
+@pytest.fixture(scope="module")
+def base_victims():
+    return {name: build_victim(scenario_from_dict(make_scenario(victim=v)))
+            for name, v in VICTIMS.items()}
+
+
+def deployment(base, name: str, interface: str):
+    """(scenario, victim) for a tiny victim behind `interface`."""
+    iface = {"kind": interface, "output": OUTPUT[interface],
+             "smoothgrad": {"sigma": 0.1, "samples": 4}}
+    s = scenario_from_dict(make_scenario(victim=VICTIMS[name], interface=iface,
+                                         defenses={"query_budget": BUDGET}))
+    v = base[name]
+    backend = LocalBackend(v.truth.model, v.info.task, v.info.n_classes, s.interface,
+                           v.info.device, v.info.dtype)
+    info = dataclasses.replace(v.info, interface=interface, output=OUTPUT[interface])
+    return s, dataclasses.replace(v, backend=backend, info=info)
+
+
+@pytest.mark.parametrize("name", ATTACKS)
+def test_declarations(name):
+    cls = registry()[name]
+    assert issubclass(cls, Attack) and cls.name == name
+    assert cls.family in FAMILIES
+    assert cls.needs and set(cls.needs) <= set(INTERFACES)
+    assert re.match(r"^00[0-4] ", cls.paper), f"{name}: paper must cite a paper file and section"
+    assert cls.summary, f"{name}: needs a one-line summary"
+    assert cls.__doc__ or inspect.getmodule(cls).__doc__, f"{name}: needs a docstring"
+    params = cls.Params()  # every parameter has a default
+    assert params.model_dump() is not None
+    assert cls.run is not Attack.run and cls.judge is not Attack.judge
+
+
+@pytest.mark.parametrize("name", ATTACKS)
+def test_source_only_uses_the_oracle(name):
+    src = inspect.getsource(inspect.getmodule(registry()[name]))
+    for forbidden in (r"^\s*(from|import)\s+victims", r"\.truth\b", r"\._o\b", r"\.backend\b",
+                      r"build_victim"):
+        assert not re.search(forbidden, src, re.M), f"{name} reaches past the oracle: {forbidden}"
+
+
+@pytest.mark.parametrize("name", ATTACKS)
+def test_runs_on_tiny_victims_within_budget(name, base_victims, tmp_path):
+    cls = registry()[name]
+    ran = []
+    for interface in sorted(cls.needs):
+        for vname in VICTIMS:
+            s, victim = deployment(base_victims, vname, interface)
+            oracle = Oracle(SealedBackend(victim.backend), victim.info, OutputDefenses(), BUDGET)
+            entry = run_attack(Planned(cls(), cls.Params()), oracle, victim, s,
+                               tmp_path / f"{interface}-{vname}", Tracker(None, "x", False), None)
+            where = f"{name} on {vname}/{interface}"
+            assert entry["status"] in ("ok", "skipped"), f"{where}: {entry.get('reason')}"
+            assert oracle.ledger.used <= BUDGET
+            assert entry["queries"] == oracle.ledger.by_attack.get(name, 0)
+            assert isinstance(entry["wall_s"], float) and entry["wall_s"] >= 0
+            if entry["status"] == "skipped":
+                assert entry["reason"], f"{where}: a skip needs a reason"
+                continue
+            ran.append(where)
+            assert entry["risk"] in LEVELS and entry["reason"]
+            assert entry["outcome"] in ("ok", "partial", "failed")
+            assert all(isinstance(v, int | float) for v in entry["metrics"].values()), where
+            assert entry["metrics"]["queries"] == entry["queries"]
+    assert ran, f"{name} ran on none of the tiny victims: everything was skipped"
+
+
+def test_sealed_backend_really_hides_the_model(base_victims):
+    _, victim = deployment(base_victims, "digits", "gradient")
+    sealed = SealedBackend(victim.backend)
+    assert not hasattr(sealed, "model") and not hasattr(sealed, "truth")
+    x = torch.zeros(2, 64, dtype=torch.float64)
+    assert torch.equal(sealed.predict(x, "logits"), victim.backend.predict(x, "logits"))
+    assert Artifact("x").outcome == "ok"
