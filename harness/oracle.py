@@ -40,6 +40,17 @@ class Oracle:
         self.ledger = Ledger(budget)
         self.gen = torch.Generator(device="cpu").manual_seed(seed + 7919)
         self.progress = progress
+        self._who = "-"
+        if getattr(backend, "remote", False):  # an HTTP endpoint applies its own defenses
+            self.defenses = OutputDefenses()
+        if hasattr(backend, "bind_budget"):  # HTTP retries are charged before they are sent
+            backend.bind_budget(self.charge_extra)
+
+    def charge_extra(self, n: int, who: str | None = None) -> None:
+        """Charge n queries the backend sends on its own (HTTP retries: to the attack that asked)."""
+        self.ledger.charge(n, who or self._who)
+        if self.progress is not None:
+            self.progress(n)
 
     def view(self, attack: str) -> OracleView:
         """The handle one attack gets: same budget, its own query count."""
@@ -102,6 +113,7 @@ class OracleView:
         return x.to(self.info.device, torch.float64)
 
     def _charge(self, n: int) -> None:
+        self._o._who = self.attack
         self._o.ledger.charge(n, self.attack)
         if self._o.progress is not None:
             self._o.progress(n)

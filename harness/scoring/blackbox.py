@@ -1,0 +1,168 @@
+"""Scoring without ground truth: what can be measured against a remote endpoint alone.
+
+When the victim is an endpoint and no model file is named (`BlackBoxTruth`: no model, no data),
+the truth scorers have nothing to compare with. These scorers probe the endpoint itself on
+*held-out* points the attack never asked about (every probe is charged to the run's budget):
+
+- model artifacts (a surrogate in `data["model"]`): `blackbox_agreement`, the fraction of fresh
+  probes on which the surrogate and the endpoint predict the same label (regression:
+  `blackbox_r2` of the surrogate's output against the endpoint's);
+- subspace artifacts: `blackbox_span_rank` and its stability on fresh gradients,
+  `blackbox_heldout_angle_deg` (the largest angle between a held-out gradient and the recovered
+  span; ~0 when the span is right) and `blackbox_heldout_energy` (mean fraction of a held-out
+  gradient's energy inside the span; 1 when right).
+
+Each also reports `blackbox_probes` (queries spent). The report says `truth_available: false`.
+
+Hook: scorers are looked up by artifact kind, one per kind, and the truth scorers return {} for a
+`BlackBoxTruth`. This module wraps every registered scorer once (it imports its sibling scorer
+modules first) so that, for a `BlackBoxTruth`, the black-box scorer of that kind runs instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import pkgutil
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+import harness.scoring as scoring
+from harness.errors import BudgetExhausted
+
+SPAN_PROBES = 8  # held-out gradient points
+MODEL_PROBES = 256  # held-out points for surrogate agreement
+
+BlackBoxScorer = Callable[[Any, Any, Any], dict[str, float]]
+_BLACKBOX: dict[str, BlackBoxScorer] = {}
+
+
+def blackbox_scorer(kind: str) -> Callable[[BlackBoxScorer], BlackBoxScorer]:
+    """Decorator registering the black-box scorer of one artifact kind."""
+
+    def deco(fn: BlackBoxScorer) -> BlackBoxScorer:
+        _BLACKBOX[kind] = fn
+        return fn
+
+    return deco
+
+
+def is_blackbox(truth: Any) -> bool:
+    """True for a truth that is only an endpoint to probe."""
+    return getattr(truth, "model", None) is None and getattr(truth, "endpoint", None) is not None
+
+
+def _probe_gen(truth: Any, salt: int) -> torch.Generator:
+    return torch.Generator(device="cpu").manual_seed(int(truth.seed) * 1000003 + salt)
+
+
+class _ProbeOracle:
+    """The oracle-like handle attacks' gradient helpers expect, over held-out probes."""
+
+    def __init__(self, truth: Any):
+        self.truth = truth
+        self.output = truth.info.output
+        self.info = truth.info
+
+    def offers(self, method: str) -> bool:
+        return method == "explain" and self.info.interface in ("gradient", "smoothgrad")
+
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        return self.truth.probe_predict(x).to(torch.float64)
+
+    def explain(self, x: torch.Tensor) -> torch.Tensor:
+        return self.truth.probe_explain(x).to(torch.float64)
+
+
+@blackbox_scorer("subspace")
+def span_stability(artifact: Any, truth: Any, info: Any) -> dict[str, float]:
+    """Rank of the recovered span and how well it holds fresh gradients."""
+    from harness.attacks.gradients import gradient_rows
+
+    basis = torch.as_tensor(np.asarray(artifact.data.get("basis", np.zeros((0, info.dim)))),
+                            dtype=torch.float64).reshape(-1, info.dim)
+    out = {"blackbox_span_rank": float(len(basis)), "blackbox_probes": 0.0}
+    if len(basis) == 0 or (info.interface == "prediction" and info.output == "label"):
+        return out
+    q = torch.linalg.qr(basis.T).Q.T  # orthonormal rows spanning the recovered span
+    oracle = _ProbeOracle(truth)
+    before = truth.endpoint.stats.rows_sent
+    x = torch.randn(SPAN_PROBES, info.dim, generator=_probe_gen(truth, 1), dtype=torch.float64)
+    try:
+        rows, _ = gradient_rows(oracle, x, 1e-3)
+    except BudgetExhausted:
+        return out
+    out["blackbox_probes"] = float(truth.endpoint.stats.rows_sent - before)
+    rows = rows[rows.norm(dim=1) > 0]
+    if len(rows) == 0:
+        return out
+    inside = (rows @ q.T).norm(dim=1) ** 2 / rows.norm(dim=1) ** 2
+    inside = inside.clamp(0.0, 1.0)
+    out["blackbox_heldout_energy"] = float(inside.mean())
+    out["blackbox_heldout_angle_deg"] = math.degrees(math.asin(math.sqrt(float(1 - inside.min()))))
+    return out
+
+
+def _labels(y: torch.Tensor, output: str) -> torch.Tensor:
+    y = y.reshape(len(y), -1) if y.dim() > 1 else y
+    if y.dim() == 1:
+        return y.long()
+    if y.shape[1] == 1:
+        return (y[:, 0] > (0.5 if output == "probabilities" else 0.0)).long()
+    return y.argmax(dim=1)
+
+
+@blackbox_scorer("model")
+def surrogate_agreement(artifact: Any, truth: Any, info: Any) -> dict[str, float]:
+    """Agreement of the extracted surrogate with the endpoint on held-out probes."""
+    model = artifact.data.get("model", artifact.data.get("surrogate"))
+    if model is None or not callable(model):
+        return {}
+    gen = _probe_gen(truth, 2)
+    x = torch.randn(MODEL_PROBES, info.dim, generator=gen, dtype=torch.float64)
+    x = x.clamp(info.input_low, info.input_high)
+    before = truth.endpoint.stats.rows_sent
+    try:
+        y_api = truth.probe_predict(x)
+    except BudgetExhausted:
+        return {"blackbox_probes": 0.0}
+    out = {"blackbox_probes": float(truth.endpoint.stats.rows_sent - before)}
+    dtype = next((p.dtype for p in getattr(model, "parameters", list)()), torch.float64)
+    with torch.no_grad():
+        y_sur = model(x.to(dtype)).detach().to(torch.float64).cpu()
+    if info.task == "regression":
+        a, b = y_api.reshape(-1).double(), y_sur.reshape(len(x), -1)[:, 0]
+        ss = float(((a - a.mean()) ** 2).sum()) or 1.0
+        out["blackbox_r2"] = 1.0 - float(((a - b) ** 2).sum()) / ss
+        return out
+    sur_kind = "logits" if info.output == "label" else info.output
+    out["blackbox_agreement"] = float((_labels(y_sur, sur_kind) == _labels(y_api, info.output))
+                                      .double().mean())
+    return out
+
+
+def _wrap(kind: str, base: Callable[[Any, Any, Any], dict[str, float]]):
+    def scored(artifact: Any, truth: Any, info: Any) -> dict[str, float]:
+        if is_blackbox(truth) and kind in _BLACKBOX:
+            return _BLACKBOX[kind](artifact, truth, info)
+        return base(artifact, truth, info)
+
+    scored.blackbox_wrapped = True  # type: ignore[attr-defined]
+    return scored
+
+
+def _install() -> None:
+    """Import every scorer module, then route black-box truths of our kinds to our scorers."""
+    for mod in pkgutil.iter_modules(scoring.__path__, prefix=f"{scoring.__name__}."):
+        if mod.name != __name__:
+            importlib.import_module(mod.name)
+    for kind in _BLACKBOX:
+        base = scoring._SCORERS.get(kind, lambda a, t, i: {})
+        if not getattr(base, "blackbox_wrapped", False):
+            scoring._SCORERS[kind] = _wrap(kind, base)
+
+
+_install()

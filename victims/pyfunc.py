@@ -1,0 +1,93 @@
+"""A victim packaged as an MLflow pyfunc model, so `mlflow models serve --env-manager local`
+serves it with the same answers (and server-side output defenses) as `leakmeter serve`.
+
+    leakmeter serve SCENARIO --export-mlflow DIR
+    mlflow models serve -m DIR --env-manager local -p 5001
+
+The model takes a float64 tensor (n, d); explanations are asked with the protocol's params:
+{"inputs": ..., "params": {"explain": "gradient"}}. A per-key query budget needs the request's
+headers, which a pyfunc never sees: only `leakmeter serve` enforces it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import mlflow.pyfunc
+import numpy as np
+
+
+class VictimPyfunc(mlflow.pyfunc.PythonModel):
+    """Loads the saved victim module and answers like victims/served.py's ServedModel."""
+
+    def load_context(self, context: Any) -> None:
+        import torch
+
+        from harness.scenario import scenario_from_dict
+        from victims.local import LocalBackend
+        from victims.served import ServedDefenses, ServedModel
+
+        meta = json.loads(Path(context.artifacts["meta"]).read_text())
+        s = scenario_from_dict(json.loads(Path(context.artifacts["scenario"]).read_text()))
+        path = context.artifacts["model"]
+        if meta["torchscript"]:
+            model = torch.jit.load(path, map_location="cpu")
+        else:
+            model = torch.load(path, map_location="cpu", weights_only=False)
+        model.eval()
+        dtype = getattr(torch, meta["dtype"])
+        backend = LocalBackend(model, meta["task"], meta["n_classes"], s.interface,
+                               torch.device("cpu"), dtype)
+        self.served = ServedModel(backend, meta["served"], ServedDefenses.from_spec(s.defenses),
+                                  salt=s.seed)
+
+    def predict(self, context, model_input, params=None):  # noqa: ANN001 - MLflow's signature
+        from mlflow.exceptions import MlflowException
+        from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
+
+        from victims.served import RequestError
+
+        explain = (params or {}).get("explain")
+        try:
+            return self.served.answer(np.asarray(model_input, dtype=np.float64), explain)
+        except RequestError as exc:
+            raise MlflowException(exc.message, error_code=INVALID_PARAMETER_VALUE) from None
+
+
+def export_pyfunc(s: Any, path: str | Path) -> Path:
+    """Build the scenario's victim and save it as an MLflow pyfunc model at `path`; returns it."""
+    import tempfile
+
+    import torch
+    from mlflow.models.signature import ModelSignature
+    from mlflow.types.schema import ParamSchema, ParamSpec, Schema, TensorSpec
+
+    from harness.errors import BadInput
+    from victims.served import build_served
+
+    out = Path(path)
+    if out.exists() and any(out.iterdir()):
+        raise BadInput(f"--export-mlflow: {out} exists and is not empty")
+    served, victim = build_served(s)
+    model = victim.truth.model
+    script = isinstance(model, torch.jit.ScriptModule)
+    with tempfile.TemporaryDirectory() as tmp:
+        mfile = Path(tmp) / "victim.pt"
+        torch.jit.save(model, str(mfile)) if script else torch.save(model, str(mfile))
+        meta = {"torchscript": script, "task": victim.info.task, "n_classes": victim.info.n_classes,
+                "dtype": str(victim.info.dtype).removeprefix("torch."), "served": served.meta}
+        (Path(tmp) / "meta.json").write_text(json.dumps(meta))
+        (Path(tmp) / "scenario.json").write_text(json.dumps(s.model_dump(mode="json")))
+        signature = ModelSignature(
+            inputs=Schema([TensorSpec(np.dtype(np.float64), (-1, victim.info.dim))]),
+            params=ParamSchema([ParamSpec("explain", "string", "none")]),
+        )
+        mlflow.pyfunc.save_model(
+            str(out), python_model=VictimPyfunc(), signature=signature,
+            pip_requirements=["leakmeter"],  # skips MLflow's slow requirement inference
+            artifacts={"model": str(mfile), "meta": str(Path(tmp) / "meta.json"),
+                       "scenario": str(Path(tmp) / "scenario.json")},
+        )
+    return out
