@@ -5,8 +5,9 @@ import os
 os.environ.setdefault("LEAKMETER_THREADS", "1")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
-import harness  # noqa: E402,F401  (pins threads before numpy/torch)
 import pytest  # noqa: E402
+
+import harness  # noqa: E402,F401  (pins threads before numpy/torch)
 
 
 @pytest.fixture(scope="session")
