@@ -98,9 +98,18 @@ def test_coarse_victim_never_reported_as_exact(tmp_path):
         assert "rough" in a["outcome_reason"] or "stopped" in a["outcome_reason"]
 
 
-def test_declines_real_valued_outputs():
+def test_scores_reduced_to_decisions(tmp_path):
+    """Probabilities are thresholded by the attack itself: the same span leaks."""
+    s = binary_net(24, 3, 4)
+    s.interface.output = "probabilities"
+    a = run_one(s, tmp_path)
+    assert a["metrics"]["recovered_rank"] == 3 and a["metrics"]["min_energy_in_span"] > 0.999
+    assert any("only the decided label" in n for n in a["notes"])
+
+
+def test_declines_regression():
     atk = registry()["span_threshold"]()
     s = binary_net(16, 4, 0)
-    s.interface.output = "probabilities"
-    v = build_victim(s)
-    assert "label-only" in atk.skip_reason(v.info)
+    s.victim.data.task = "regression"
+    s.interface.output = "logits"
+    assert "classifier" in atk.skip_reason(build_victim(s).info)

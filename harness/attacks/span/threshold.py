@@ -20,6 +20,8 @@ What is done differently from the paper, and why (all measured on random thresho
     Probes are then drawn around offsets o inside span V at growing scales; restarts also
     redraw the pair when d is nearly tangent to the boundary (a crossing outside the bracket,
     the analogue of the paper's |cᵢ| test in line 7).
+Scores (probabilities/logits) are reduced to the decided label, to measure what a label-only
+deployment of the same model leaks.
 Stopping: when no probe around any offset changes the label, the 0/1 output no longer depends
 on V⊥ as far as the attacker can see, and V is reported as the span (the number of probes is
 reported). Every search is bounded; a budget, a flat victim or exhausted restarts end in an
@@ -69,7 +71,13 @@ class Decision:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         self.calls += 1
-        return self.oracle.predict(x) == self.positive
+        return decisions(self.oracle, x) == self.positive
+
+
+def decisions(oracle, x: torch.Tensor) -> torch.Tensor:
+    """The API's label for each input (the argmax when it returns scores)."""
+    y = oracle.predict(x)
+    return y.long() if oracle.output == "label" else y.reshape(len(y), -1).argmax(dim=1)
 
 
 @dataclass
@@ -142,7 +150,7 @@ def seed_points(oracle, n: int, scale: float, p: ThresholdParams, gen: torch.Gen
                      for c in p.probe_scales]).to(oracle.device)
     if oracle.affordable(len(pts)) < len(pts):
         raise AttackFailed(f"the budget allows no first probes ({len(pts)} queries)")
-    return pts, oracle.predict(pts)
+    return pts, decisions(oracle, pts)
 
 
 def slice_pair(dec: Decision, basis: torch.Tensor, known: tuple[torch.Tensor, torch.Tensor],
@@ -280,8 +288,6 @@ class SpanThreshold(Attack):
     Params = ThresholdParams
 
     def skip_reason(self, info):
-        if info.interface == "prediction" and info.output != "label":
-            return "needs a label-only (0/1) API; for real-valued outputs span_nonadaptive applies"
         if info.task == "regression":
             return "needs a classifier (0/1 decisions); the victim is a regressor"
         return super().skip_reason(info)
@@ -329,7 +335,10 @@ class SpanThreshold(Attack):
             outcome, reason = "failed", "no boundary point showed a usable gradient"
         elif r == 0:
             outcome = "failed"
-        notes = [f"decision: label == {positive}; input scale {scale:.3g}; "
+        notes = [] if oracle.output == "label" else [
+            f"the API returns {oracle.output}; only the decided label was used (what a label-only "
+            "deployment of this model would leak)"]
+        notes += [f"decision: label == {positive}; input scale {scale:.3g}; "
                  f"step h = {step:g}·scale; {dec.probes_seen} slice probes"]
         if done:
             notes.append(f"stopped: {params.checks} boundary points showed < {params.min_residual} "
