@@ -121,3 +121,77 @@ def score_model(artifact, truth, info) -> dict[str, float]:
     if parts is not None and artifact.data.get("normals") is not None:
         out.update(match_units(*parts, artifact.data["normals"], artifact.data["offsets"]))
     return {k: float(v) for k, v in out.items() if np.isfinite(v) or k == "param_error"}
+
+
+# --------------------------------------------------------------------------- surrogate
+
+
+def fidelity_accuracy(f: torch.Tensor, g: torch.Tensor, y, task: str) -> tuple[float, float]:
+    """Fidelity (same label as the victim; regression: 1 − normalised square loss) and the
+    surrogate's accuracy against the true labels (regression: its R² against the targets)."""
+    if task == "regression":
+        fid = 1.0 - float((f - g).pow(2).mean() / f.var().clamp_min(1e-300))
+        yt = torch.as_tensor(y, dtype=torch.float64).reshape(-1)
+        acc = 1.0 - float((g[:, 0] - yt).pow(2).mean() / yt.var().clamp_min(1e-300))
+        return fid, acc
+    lf, lg = _labels(f, task), _labels(g, task)
+    acc = float((lg == torch.as_tensor(y).reshape(-1).long()).double().mean()) if y is not None else 0.0
+    return float((lf == lg).double().mean()), acc
+
+
+def first_reaching(curve: list[tuple[int, float]], level: float) -> float | None:
+    """Queries of the first snapshot at or above `level` (None if never)."""
+    return next((float(q) for q, v in curve if v >= level), None)
+
+
+def plot_curves(curves: dict[str, list[tuple[int, float]]], path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    for key, pts in curves.items():
+        ax.plot([q for q, _ in pts], [v for _, v in pts], marker="o", ms=3, label=key)
+    ax.set_xscale("log")
+    ax.set_xlabel("oracle queries")
+    ax.set_ylim(0, 1.02)
+    ax.axhline(0.9, color="grey", lw=0.5, ls="--")
+    ax.axhline(0.95, color="grey", lw=0.5, ls=":")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+@scorer("surrogate")
+def score_surrogate(artifact, truth, info) -> dict[str, float]:
+    """Fidelity/accuracy curve over the snapshots (held-out victim data), the queries to 90%
+    and 95% fidelity, and a PNG plot; the curves go to artifact.data["curves"]."""
+    if truth.model is None or truth.data is None or not len(truth.data.x_test):
+        return {}
+    x = torch.as_tensor(truth.data.x_test[:N_DATA], dtype=torch.float64)
+    x = x.reshape(len(x), -1)
+    y = truth.data.y_test[:N_DATA]
+    f = _eval(truth.model, x)
+    fid_curve, acc_curve = [], []
+    for queries, _points, net in artifact.data["snapshots"]:
+        fid, acc = fidelity_accuracy(f, _eval(net, x), y, info.task)
+        fid_curve.append((int(queries), fid))
+        acc_curve.append((int(queries), acc))
+    curves = {"fidelity": fid_curve, "accuracy": acc_curve}
+    artifact.data["curves"] = curves
+    out = {"fidelity": fid_curve[-1][1], "accuracy": acc_curve[-1][1]}
+    for level, key in ((0.9, "queries_to_90"), (0.95, "queries_to_95")):
+        q = first_reaching(fid_curve, level)
+        out[f"reached_{key[-2:]}"] = float(q is not None)
+        if q is not None:
+            out[key] = q
+    outdir = artifact.data.get("outdir")
+    if outdir is not None:
+        path = outdir / "surrogate_curve.png"
+        loss = "gradients + predictions" if artifact.data.get("joint") else "predictions only"
+        plot_curves(curves, path, f"surrogate ({loss}, {artifact.data.get('source')} queries)")
+        artifact.files["surrogate_curve"] = path
+    return out

@@ -228,7 +228,7 @@ class ReluNet(nn.Module):
 
 def features(x: torch.Tensor, n: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     y = x @ n.T + b
-    return torch.cat([torch.relu(y), y, torch.ones_like(y[:, :1])], dim=1)
+    return torch.cat([torch.relu(y), y, x.new_ones(len(x), 1)], dim=1)
 
 
 def fit_points(n: torch.Tensor, b: torch.Tensor, extra: int, gen: torch.Generator,

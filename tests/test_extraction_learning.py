@@ -1,0 +1,88 @@
+"""query_learning and surrogate against ground truth: the learned network's normalised loss on
+Gaussian inputs and data, and the surrogate's learning curve (fidelity vs the victim)."""
+
+import mlflow
+import pytest
+from test_extraction_exact import random_net
+
+from harness.runner import run_scenario
+from harness.scenario import scenario_from_dict
+
+
+def one(s, tmp_path, **kw):
+    (e,) = run_scenario(s, out=tmp_path / "out", **kw)["attacks"]
+    assert e["status"] == "ok", e.get("reason")
+    return e
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_query_learning_reaches_small_loss_with_biases(seed, tmp_path):
+    e = one(random_net(16, 8, seed=seed, attack="query_learning", interface="prediction",
+                       bias=(True, True)), tmp_path)
+    m = e["metrics"]
+    assert m["normalized_loss_gaussian"] <= 1e-3 and m["normalized_loss_data"] <= 1e-3, m
+    assert e["risk"] == "high"
+
+
+def test_query_learning_multi_output_from_probabilities(tmp_path):
+    e = one(random_net(12, 6, task="multiclass", output="probabilities", attack="query_learning",
+                       interface="prediction", bias=(True, True)), tmp_path)
+    assert e["metrics"]["normalized_loss_gaussian"] <= 1e-3
+
+
+def test_query_learning_under_noise_is_not_reported_as_exact(tmp_path):
+    e = one(random_net(8, 4, attack="query_learning", interface="prediction",
+                       defenses={"output_noise": {"sigma": 0.05}}, params={"lines": 1}), tmp_path)
+    assert e["metrics"]["normalized_loss_gaussian"] > 1e-3 and e["risk"] != "high"
+
+
+def test_query_learning_budget_too_small_fails_honestly(tmp_path):
+    e = one(random_net(16, 8, attack="query_learning", interface="prediction",
+                       defenses={"query_budget": 500}), tmp_path)
+    assert e["outcome"] == "failed" and e["queries"] <= 500
+
+
+def digits(loss, *, output="probabilities", interface="gradient", pool="data", max_queries=300,
+           extra=None):
+    params = {"loss": loss, "pool": pool, "max_queries": max_queries, "steps": 60}
+    return scenario_from_dict({
+        "name": "sur", "seed": 0, "device": "cpu",
+        "victim": {"model": {"arch": "mlp", "hidden": [32]},
+                   "data": {"dataset": "digits", "n_train": 1000, "attacker_pool": 300},
+                   "training": {"lr": 0.1, "momentum": 0.9, "epochs": 20, "dtype": "float64"}},
+        "interface": {"kind": interface, "output": output},
+        "attacks": [{"name": "surrogate", "params": params}],
+        "tracking": {"enabled": extra is not None},
+    })
+
+
+def test_surrogate_gradients_beat_labels_and_curve_is_logged(tmp_path, tracking_uri):
+    joint = one(digits("joint", extra=True), tmp_path / "j", tracking_uri=tracking_uri)
+    memb = one(digits("membership"), tmp_path / "m")
+    mj, mm = joint["metrics"], memb["metrics"]
+    assert mj["reached_90"] == 1.0 and mj["fidelity"] >= 0.9, mj
+    assert mj["queries_to_90"] < mm.get("queries_to_90", float("inf")), (mj, mm)
+    png = joint["artifacts"]["surrogate_curve"]
+    assert png.endswith(".png") and open(png, "rb").read(4) == b"\x89PNG"
+    run = mlflow.MlflowClient(tracking_uri).search_runs(
+        [mlflow.MlflowClient(tracking_uri).get_experiment_by_name("leakmeter").experiment_id],
+        filter_string="tags.`leakmeter.attack` = 'surrogate'")[0]
+    hist = mlflow.MlflowClient(tracking_uri).get_metric_history(run.info.run_id, "fidelity")
+    steps = [h.step for h in hist]
+    assert len(steps) >= 8 and steps == sorted(steps) and steps[-1] == 300
+    assert abs(hist[-1].value - mj["fidelity"]) < 1e-9
+
+
+def test_surrogate_label_only_and_gaussian_queries_run(tmp_path):
+    e = one(digits("membership", output="label", interface="prediction", max_queries=100), tmp_path / "l")
+    assert 0.0 <= e["metrics"]["fidelity"] <= 1.0 and e["metrics"]["points"] == 100
+    g = one(digits("auto", pool="gaussian", max_queries=100), tmp_path / "g")
+    assert g["metrics"]["queries_per_point"] == 2 and g["queries"] == 100
+    assert "accuracy" in g["metrics"]
+
+
+def test_surrogate_respects_the_budget(tmp_path):
+    s = digits("joint", max_queries=300)
+    s.defenses.query_budget = 41
+    e = one(s, tmp_path)
+    assert e["queries"] <= 41 and e["outcome"] == "partial"
