@@ -32,7 +32,7 @@ from harness.errors import AttackFailed
 class ObfuscationParams(Params):
     recovery: Literal["auto", "nonadaptive", "threshold"] = "auto"  # auto: threshold for labels
     recovery_params: dict[str, Any] = Field(default_factory=dict)  # that attack's params
-    images: int = Field(default=16, ge=1)  # inputs from the attacker's pool to obfuscate
+    images: int = Field(default=32, ge=1)  # inputs from the attacker's pool to obfuscate
     ratios: list[float] = [0.25, 0.5, 1.0, 2.0, 4.0, 8.0]  # noise-to-signal ratios tried
     keep_target: float = 0.99  # the fraction of predictions that must stay unchanged
     plot: bool = True  # write obfuscation.png (image-shaped inputs only)
@@ -167,8 +167,12 @@ class Obfuscation(Attack):
         plain = (f"noise {nsr:g}× as large as the input, orthogonal to the leaked span, left "
                  f"{kept:.0%} of predictions unchanged (the same noise unprojected: {rnd:.0%}) — "
                  "an attacker can make inputs unrecognisable while the model answers as before")
-        if nsr >= 1.0 and kept >= 0.99:
+        if nsr >= 1.0 and kept >= 0.99 and rnd <= kept - 0.1:
             return "high", plain
+        if nsr >= 1.0 and kept >= 0.99:
+            return "medium", (f"noise {nsr:g}× the input kept {kept:.0%} of predictions, but "
+                              f"unprojected noise kept {rnd:.0%} too: the model shrugs off this "
+                              "noise anyway, the leaked span adds little here")
         if nsr >= 0.5 and kept >= 0.9:
             return "medium", plain
         return "low", (f"obfuscation did not work: at noise-to-signal {nsr:g} only {kept:.0%} of "
