@@ -221,6 +221,12 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
             report["attacks"].append(run_attack(planned, oracle, victim, s, outdir, tracker, parent))
         report["rero"] = _rero(s, victim, report["attacks"], outdir)
         report["verdict"], report["risk"] = verdict(report["attacks"], s.policy.fail_on)
+        violations = [r["message"] for r in report["rero"] if r.get("violation")]
+        if violations:  # measured reconstruction above a DP bound: DP-SGD or its accounting is broken
+            import sys
+
+            report["verdict"], report["risk"], report["rero_violations"] = "fail", "high", violations
+            print(*(f"leakmeter: {m}" for m in violations), sep="\n", file=sys.stderr)
         report["queries_total"] = oracle.ledger.used
         report["query_budget"] = s.defenses.query_budget
         failed = any(a["status"] == "error" for a in report["attacks"])

@@ -21,10 +21,10 @@ _FRAC_MAX = 64.0
 
 
 def rdp_orders(max_order: int = 1024) -> np.ndarray:
-    """The dense grid of RDP orders: 60 fractional orders in (1, 2], 240 geometric to 64, then the
+    """The dense grid of RDP orders: 40 fractional orders in (1, 2], 120 geometric to 64, then the
     integers on a geometric grid to `max_order`; returns a sorted float64 array."""
-    near_one = 1.0 + np.geomspace(1e-3, 1.0, 60)
-    mid = np.geomspace(2.0, _FRAC_MAX, 240)
+    near_one = 1.0 + np.geomspace(1e-3, 1.0, 40)
+    mid = np.geomspace(2.0, _FRAC_MAX, 120)
     high = np.unique(np.round(np.geomspace(_FRAC_MAX, max_order, 160)))
     return np.unique(np.concatenate([near_one, mid, high]))
 
@@ -33,10 +33,18 @@ def rdp_curve(noise_multiplier: float, sample_rate: float, steps: int,
               orders: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """ε(α) of `steps` compositions of the Poisson-subsampled Gaussian mechanism; returns
     (orders, rdp) with non-finite values (Opacus overflow) as +inf. ε(α) is non-decreasing in α,
-    so orders above the first infinite one (sorted grid) are +inf without being computed."""
+    so orders above the first infinite one (sorted grid) are +inf without being computed.
+    Cached per (σ, q, steps, orders): one run's curve is computed once."""
+    a = rdp_orders() if orders is None else np.asarray(orders, dtype=np.float64)
+    r = _rdp_cached(float(noise_multiplier), float(sample_rate), int(steps), tuple(a.tolist()))
+    return a, r.copy()
+
+
+@lru_cache(maxsize=64)
+def _rdp_cached(noise_multiplier: float, sample_rate: float, steps: int, orders: tuple) -> np.ndarray:
     from opacus.accountants.analysis.rdp import compute_rdp
 
-    a = rdp_orders() if orders is None else np.asarray(orders, dtype=np.float64)
+    a = np.asarray(orders, dtype=np.float64)
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         vals: list[float] = []
@@ -51,8 +59,7 @@ def rdp_curve(noise_multiplier: float, sample_rate: float, steps: int,
                 vals.append(math.inf)
             if not math.isfinite(vals[-1]):
                 vals[-1] = math.inf
-    r = np.asarray(vals, dtype=np.float64)
-    return a, r
+    return np.asarray(vals, dtype=np.float64)
 
 
 @lru_cache(maxsize=16)
