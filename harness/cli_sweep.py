@@ -15,9 +15,23 @@ from typing import Any
 
 import click
 
-from harness.cli import THREADS, guarded
 from harness.errors import BadInput
 from harness.threads import pin_threads
+
+_pending: list[Any] = []
+
+
+def register(main) -> None:
+    """Add `sweep` and `compare` to the leakmeter command group."""
+    mod = sys.modules[__name__]
+    if not hasattr(mod, "compare"):  # harness.cli imported while this module loads: finish below
+        _pending.append(main)
+        return
+    main.add_command(mod.sweep)
+    main.add_command(mod.compare)
+
+
+from harness.cli import THREADS, guarded  # noqa: E402 - after `register` (circular import)
 
 # --------------------------------------------------------------------------- reading MLflow
 
@@ -288,7 +302,5 @@ def compare(sweep_run_id, experiment, runs, tracking_uri, out, json_path, md_pat
     sys.exit(0 if cmp["recommended"] else 1)
 
 
-def register(main) -> None:
-    """Add `sweep` and `compare` to the leakmeter command group."""
-    main.add_command(sweep)
-    main.add_command(compare)
+for _main in _pending:
+    register(_main)

@@ -200,3 +200,18 @@ def test_compare_experiment_finds_the_varying_settings(swept):
     bad = leakmeter("compare", "--experiment", "nope", "--tracking-uri", uri)
     assert bad.exit_code == 2 and "no such experiment" in bad.stderr
     assert leakmeter("compare", "--tracking-uri", uri).exit_code == 2
+
+
+def test_curves_are_read_from_the_attack_runs_of_a_cell(tracking_uri):
+    from harness.cli_sweep import _curves
+    from reports.tracking import Tracker
+
+    tr = Tracker(tracking_uri, "curves", True)
+    cell = tr.start("cell")
+    atk = tr.start("surrogate", {"leakmeter.attack": "surrogate"}, parent=cell)
+    tr.curve(atk, "fidelity", [(1, 0.2), (10, 0.6), (100, 0.9)])
+    tr.metrics(atk, {"queries": 100.0})
+    tr.end(atk)
+    tr.end(cell)
+    pts = [(1, 0.2), (10, 0.6), (100, 0.9)]
+    assert _curves(tr.client, tr.experiment_id, cell) == {"surrogate/fidelity": pts}
