@@ -39,6 +39,7 @@ def gamma_vs_epsilon(ev: Any, p: accounting.Privacy | None, path: Path,
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
     k = ev.kappa
@@ -55,16 +56,19 @@ def gamma_vs_epsilon(ev: Any, p: accounting.Privacy | None, path: Path,
         ax.plot(eps, [bounds.gamma_eps_dp(k, e).gamma for e in eps], "-", label="ε-DP (Cor. 3)")
         ax.plot(eps, [bounds.gamma_eps_delta(k, e, 1e-5).gamma for e in eps], "--", label="(ε, 1e-5)-DP")
         title = "victim has no DP: γ = 1 (no guarantee); curves if it were ε-DP"
+    bottom = max(min(k, 1.0) / 3, 1e-30)
     for m in measured or []:
         if m.get("ci_high") is not None and p is not None and p.epsilon is not None:
-            lo = m.get("ci_low") or 0.0
-            err = [[m["measured"] - lo], [m["ci_high"] - m["measured"]]]
-            ax.errorbar([p.epsilon], [m["measured"]], yerr=err, fmt="o", color="red", capsize=3,
-                        label=f"measured: {m['attack']}")
+            # on a log axis a zero rate sits at the bottom edge; the bar spans the 95% CI
+            y = max(m["measured"], bottom)
+            lo = max(m.get("ci_low") or 0.0, bottom)
+            ax.errorbar([p.epsilon], [y], yerr=[[y - lo], [max(0.0, m["ci_high"] - y)]], fmt="o",
+                        color="red", capsize=3, label=f"measured: {m['attack']} ({m['measured']:.3g})")
     ax.axhline(max(k, 1e-300), color="black", lw=0.6, ls=":", label=f"κ = {k:.3g}")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_ylim(max(min(k, 1.0) / 3, 1e-30), 1.5)
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_ylim(bottom, 1.5)
     eta = "" if ev.eta is None else f", η={ev.eta:.3g}"
     ax.set_title(f"ReRo γ vs ε — {ev.desc}{eta}\n{title}", fontsize=8)
     ax.set_xlabel("ε (at δ)" if p is not None else "ε")

@@ -233,8 +233,12 @@ def rero_section(s, victim, attacks: list[dict[str, Any]], outdir: Path) -> list
         try:
             from harness.rero.plot import gamma_vs_epsilon
 
-            gamma_vs_epsilon(evals[0], p, Path(outdir) / "rero_gamma_vs_epsilon.png",
-                             measured=[r for r in rows if r.get("attack")])
+            checks = [r for r in rows if r.get("attack") and r.get("ci_high") is not None]
+            shown = next((e for e in evals if checks and e.kind == "empirical" and e.eta is not None
+                          and math.isclose(e.eta, checks[0]["eta"], rel_tol=1e-12)), evals[0])
+            gamma_vs_epsilon(shown, p, Path(outdir) / "rero_gamma_vs_epsilon.png",
+                             measured=[c for c in checks if shown.eta is not None
+                                       and math.isclose(c["eta"], shown.eta, rel_tol=1e-12)])
         except Exception as exc:  # noqa: BLE001 - a plot must not sink the report
             rows.append({"prior": "-", "eta": None, "kappa": None, "gamma": 1.0, "bound": "skipped",
                          "vacuous": True, "note": f"γ-vs-ε plot failed: {type(exc).__name__}: {exc}"})
