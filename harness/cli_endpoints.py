@@ -104,9 +104,12 @@ def serve(scenario, overrides, host, port, budget, keys_env, export_mlflow, acce
 @click.option("--out", type=click.Path(file_okay=False), help="Folder for report files.")
 @click.option("--tracking-uri", help="MLflow tracking URI (default: sqlite:///mlflow.db here).")
 @click.option("--verbose", is_flag=True, help="Print every compared metric, not only changes.")
+@click.option("--fail-on-verdict", is_flag=True,
+              help="Also exit 1 when the verdict is fail (not only on a regression).")
 @THREADS
 @guarded
-def scan(scenario, overrides, baseline, tolerances, json_path, out, tracking_uri, verbose, threads):
+def scan(scenario, overrides, baseline, tolerances, json_path, out, tracking_uri, verbose,
+         fail_on_verdict, threads):
     """Scan the SCENARIO's endpoint and compare with a baseline run: exit 1 on a regression."""
     pin_threads(threads)
     from pathlib import Path
@@ -129,7 +132,8 @@ def scan(scenario, overrides, baseline, tolerances, json_path, out, tracking_uri
     if report.get("error"):
         click.echo(f"scan crashed: {report['error']}", err=True)
     if not res["baseline_found"]:
-        click.echo(f"baseline: none found ({baseline}); nothing to compare — this run "
+        why = "none requested" if baseline == "none" else f"none found ({baseline})"
+        click.echo(f"baseline: {why}; nothing to compare — this run "
                    f"({report.get('mlflow_run_id')}) can be the next baseline")
     else:
         lines = format_diff(res["diff"], verbose)
@@ -140,7 +144,10 @@ def scan(scenario, overrides, baseline, tolerances, json_path, out, tracking_uri
                    else "no regression")
     click.echo(f"verdict: {report.get('verdict')} (risk {report.get('risk')}); report: "
                f"{report.get('outdir')}/report.json; mlflow run: {report.get('mlflow_run_id')}")
-    sys.exit(res["exit"])
+    code = res["exit"]
+    if fail_on_verdict and code == 0 and report.get("verdict") == "fail":
+        code = 1
+    sys.exit(code)
 
 
 def register(main) -> None:
