@@ -53,6 +53,18 @@ def utility_of(report: dict[str, Any]) -> float | None:
     return None
 
 
+def rero_gamma(rows: list[dict[str, Any]]) -> float | None:
+    """The report's headline ReRo γ: at its first η, the row marked tightest (else the smallest γ)
+    among rigorous bounds; None without bounds."""
+    ok = [r for r in rows if isinstance(r.get("gamma"), int | float) and r.get("rigorous", True) is not False
+          and not str(r.get("bound", "")).startswith("check")]
+    if not ok:
+        return None
+    first = [r for r in ok if r.get("eta") == ok[0].get("eta")]
+    tight = [r for r in first if r.get("tightest")]
+    return float(min(r["gamma"] for r in (tight or first)))
+
+
 def _risk_idx(r: str | None) -> int:
     return LEVELS.index(r) if r in LEVELS else -1
 
@@ -116,11 +128,7 @@ def _cell(settings: dict[str, Any], runs: list[dict[str, Any]], fail_on: str) ->
             "queries": _mean([a.get("queries") for a in ran]),
             "reason": (ran[0] if ran else entries[0]).get("reason", ""),
         }
-    gammas = []
-    for rep in reports:
-        g = [r.get("gamma") for r in rep.get("rero") or [] if isinstance(r.get("gamma"), int | float)]
-        if g:
-            gammas.append(min(g))
+    gammas = [g for g in (rero_gamma(rep.get("rero") or []) for rep in reports) if g is not None]
     risk = _worst([rep.get("risk") for rep in reports])
     return {
         "settings": settings,

@@ -238,7 +238,8 @@ def _rero(report: dict[str, Any]) -> str:
     out.append("<p>γ bounds the success of <em>any</em> reconstruction attack against a record drawn "
                "from the prior (κ is the success of guessing without the model); "
                "γ = 1 means no guarantee.</p>")
-    keys = [k for k in ("prior", "eta", "kappa", "gamma", "bound", "epsilon", "note")
+    keys = [k for k in ("prior_desc", "prior", "eta", "kappa", "bound", "gamma", "tightest", "rigorous",
+                        "vacuous", "violation", "note")
             if any(k in r for r in rows)]
     head = "".join(f"<th>{_e(k)}</th>" for k in keys)
     body = "".join("<tr>" + "".join(f"<td>{_e(_fmt(r.get(k)))}</td>" for k in keys) + "</tr>" for r in rows)

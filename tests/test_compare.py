@@ -135,3 +135,14 @@ def test_plots_are_written_as_png(tmp_path):
     for p in files:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
     assert len(all_plots(cmp, {}, tmp_path / "nocurves")) == 2
+
+
+def test_rero_gamma_is_the_tightest_rigorous_bound_at_the_first_eta():
+    rows = [{"eta": 5.0, "bound": "eps_delta_dp", "gamma": 0.22, "rigorous": True, "tightest": False},
+            {"eta": 5.0, "bound": "profile", "gamma": 0.12, "rigorous": True, "tightest": True},
+            {"eta": 5.0, "bound": "gdp", "gamma": 0.11, "rigorous": False, "tightest": False},
+            {"eta": 1.0, "bound": "profile", "gamma": 0.01, "rigorous": True, "tightest": True}]
+    assert C.rero_gamma(rows) == 0.12
+    plain = [{"eta": 5.0, "bound": "rdp", "gamma": 0.3}, {"eta": 5.0, "bound": "zcdp", "gamma": 0.5}]
+    assert C.rero_gamma(plain) == 0.3
+    assert C.rero_gamma([]) is None
