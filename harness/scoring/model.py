@@ -14,6 +14,8 @@ Metrics (kind "model"), on the victim's held-out data and on N(0, I) inputs:
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import torch
 from torch import nn
@@ -194,4 +196,7 @@ def score_surrogate(artifact, truth, info) -> dict[str, float]:
         loss = "gradients + predictions" if artifact.data.get("joint") else "predictions only"
         plot_curves(curves, path, f"surrogate ({loss}, {artifact.data.get('source')} queries)")
         artifact.files["surrogate_curve"] = path
+        table = outdir / "surrogate_curve.json"
+        table.write_text(json.dumps(curves))
+        artifact.files["surrogate_curve_json"] = table
     return out
