@@ -4,8 +4,8 @@ When the victim is an endpoint and no model file is named (`BlackBoxTruth`: no m
 the truth scorers have nothing to compare with. These scorers probe the endpoint itself on
 *held-out* points the attack never asked about (every probe is charged to the run's budget):
 
-- model artifacts (a surrogate in `data["model"]`): `blackbox_agreement`, the fraction of fresh
-  probes on which the surrogate and the endpoint predict the same label (regression:
+- model and surrogate artifacts (an extracted model in `data["model"]`): `blackbox_agreement`,
+  the fraction of fresh probes on which it and the endpoint predict the same label (regression:
   `blackbox_r2` of the surrogate's output against the endpoint's);
 - subspace artifacts: `blackbox_span_rank` and its stability on fresh gradients,
   `blackbox_heldout_angle_deg` (the largest angle between a held-out gradient and the recovered
@@ -115,6 +115,7 @@ def _labels(y: torch.Tensor, output: str) -> torch.Tensor:
     return y.argmax(dim=1)
 
 
+@blackbox_scorer("surrogate")
 @blackbox_scorer("model")
 def surrogate_agreement(artifact: Any, truth: Any, info: Any) -> dict[str, float]:
     """Agreement of the extracted surrogate with the endpoint on held-out probes."""
@@ -138,8 +139,8 @@ def surrogate_agreement(artifact: Any, truth: Any, info: Any) -> dict[str, float
         ss = float(((a - a.mean()) ** 2).sum()) or 1.0
         out["blackbox_r2"] = 1.0 - float(((a - b) ** 2).sum()) / ss
         return out
-    sur_kind = "logits" if info.output == "label" else info.output
-    out["blackbox_agreement"] = float((_labels(y_sur, sur_kind) == _labels(y_api, info.output))
+    # surrogates output raw (or centred) logits: one column is thresholded at 0
+    out["blackbox_agreement"] = float((_labels(y_sur, "logits") == _labels(y_api, info.output))
                                       .double().mean())
     return out
 
