@@ -43,7 +43,7 @@ def _same(tmp_path, grid):
     return local
 
 
-@pytest.mark.slow  # measured 150 s on the shared 2-core machine (Ray start-up, cold workers)
+@pytest.mark.slow  # 41 s on a quiet 2-core machine, 150 s under load (Ray start-up, cold workers)
 def test_ray_matches_local_executor(tmp_path):
     local = _same(tmp_path, ["defenses.dp_sgd.epsilon=1,none"])
     accs = {json.loads(k)["settings"]["defenses.dp_sgd.epsilon"]: v["victim"]["test_accuracy"]
