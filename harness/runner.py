@@ -152,6 +152,8 @@ def run_attack(planned: Planned, oracle: Oracle, victim, s: Scenario, outdir: Pa
             entry.update(risk=risk, reason=why)
         entry.update(outcome=art.outcome, metrics=metrics, notes=art.notes,
                      artifacts={k: str(v) for k, v in art.files.items()})
+        if art.data.get("curves"):
+            entry["curves"] = {k: [list(p) for p in pts] for k, pts in art.data["curves"].items()}
         if art.reason:
             entry["outcome_reason"] = art.reason
     entry.setdefault("risk", None)

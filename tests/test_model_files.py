@@ -29,7 +29,7 @@ def test_state_dict_with_spec_is_loaded_not_retrained(tmp_path):
     p = tmp_path / "victim.pt"
     torch.save(ref.state_dict(), p)
     v = build_victim(_scenario(p, spec={"arch": "mlp", "hidden": [12]}))
-    assert torch.equal(v.truth.model[0].weight.double(), ref[0].weight)
+    assert torch.equal(v.truth.model[0].weight, ref[0].weight)  # float64 kept, bit for bit
     assert "not retrained" in " ".join(v.record["notes"])
 
 

@@ -95,8 +95,11 @@ def build_victim(s: Any) -> Victim:
     data = load_dataset(s.victim.data, s.seed)
     if data.task == "regression" and s.interface.output == "label":
         raise BadInput("interface.output: label is not defined for a regression victim")
-    model = build_model(s.victim.model, data.input_shape, data.n_outputs).to(device, dtype)
+    model = build_model(s.victim.model, data.input_shape, data.n_outputs)
     pretrained = s.victim.model.arch == "file"
+    if pretrained:  # a user's model keeps its own precision
+        dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), dtype)
+    model = model.to(device, dtype)
     t0 = time.perf_counter()
     record = TrainRecord(notes=["pre-trained model file: not retrained"]) if pretrained else None
     if data.name == "gaussian":

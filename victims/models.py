@@ -131,6 +131,9 @@ def load_model_file(spec: Any, input_shape: tuple[int, ...], n_outputs: int) -> 
             "victim.model.spec (e.g. {arch: mlp, hidden: [64]})"
         )
     model = build_model(spec.spec, input_shape, n_outputs)
+    floats = [v.dtype for v in state.values() if torch.is_tensor(v) and v.is_floating_point()]
+    if floats:
+        model = model.to(floats[0])  # keep the file's precision: no float64 → float32 round trip
     try:
         model.load_state_dict(state)
     except RuntimeError as exc:
