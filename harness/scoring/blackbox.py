@@ -14,46 +14,23 @@ the truth scorers have nothing to compare with. These scorers probe the endpoint
 
 Each also reports `blackbox_probes` (queries spent). The report says `truth_available: false`.
 
-Hook: scorers are looked up by artifact kind, one per kind, and the truth scorers return {} for a
-`BlackBoxTruth`. This module wraps every registered scorer once (it imports its sibling scorer
-modules first) so that, for a `BlackBoxTruth`, the black-box scorer of that kind runs instead.
+They are registered with `@scorer(kind, blackbox=True)`: `harness.scoring.score` picks them
+whenever the truth is only an endpoint (`is_blackbox`).
 """
 
 from __future__ import annotations
 
-import importlib
 import math
-import pkgutil
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
-import harness.scoring as scoring
 from harness.errors import BudgetExhausted
+from harness.scoring import scorer
 
 SPAN_PROBES = 8  # held-out gradient points
 MODEL_PROBES = 256  # held-out points for surrogate agreement
-
-BlackBoxScorer = Callable[[Any, Any, Any], dict[str, float]]
-_BLACKBOX: dict[str, BlackBoxScorer] = {}
-
-
-def blackbox_scorer(kind: str) -> Callable[[BlackBoxScorer], BlackBoxScorer]:
-    """Decorator registering the black-box scorer of one artifact kind."""
-
-    def deco(fn: BlackBoxScorer) -> BlackBoxScorer:
-        _BLACKBOX[kind] = fn
-        return fn
-
-    return deco
-
-
-def is_blackbox(truth: Any) -> bool:
-    """True for a truth that is only an endpoint to probe."""
-    return getattr(truth, "model", None) is None and getattr(truth, "endpoint", None) is not None
-
 
 def _probe_gen(truth: Any, salt: int) -> torch.Generator:
     return torch.Generator(device="cpu").manual_seed(int(truth.seed) * 1000003 + salt)
@@ -77,7 +54,7 @@ class _ProbeOracle:
         return self.truth.probe_explain(x).to(torch.float64)
 
 
-@blackbox_scorer("subspace")
+@scorer("subspace", blackbox=True)
 def span_stability(artifact: Any, truth: Any, info: Any) -> dict[str, float]:
     """Rank of the recovered span and how well it holds fresh gradients."""
     from harness.attacks.gradients import gradient_rows
@@ -115,8 +92,8 @@ def _labels(y: torch.Tensor, output: str) -> torch.Tensor:
     return y.argmax(dim=1)
 
 
-@blackbox_scorer("surrogate")
-@blackbox_scorer("model")
+@scorer("surrogate", blackbox=True)
+@scorer("model", blackbox=True)
 def surrogate_agreement(artifact: Any, truth: Any, info: Any) -> dict[str, float]:
     """Agreement of the extracted surrogate with the endpoint on held-out probes."""
     model = artifact.data.get("model", artifact.data.get("surrogate"))
@@ -143,27 +120,3 @@ def surrogate_agreement(artifact: Any, truth: Any, info: Any) -> dict[str, float
     out["blackbox_agreement"] = float((_labels(y_sur, "logits") == _labels(y_api, info.output))
                                       .double().mean())
     return out
-
-
-def _wrap(kind: str, base: Callable[[Any, Any, Any], dict[str, float]]):
-    def scored(artifact: Any, truth: Any, info: Any) -> dict[str, float]:
-        if is_blackbox(truth) and kind in _BLACKBOX:
-            return _BLACKBOX[kind](artifact, truth, info)
-        return base(artifact, truth, info)
-
-    scored.blackbox_wrapped = True  # type: ignore[attr-defined]
-    return scored
-
-
-def _install() -> None:
-    """Import every scorer module, then route black-box truths of our kinds to our scorers."""
-    for mod in pkgutil.iter_modules(scoring.__path__, prefix=f"{scoring.__name__}."):
-        if mod.name != __name__:
-            importlib.import_module(mod.name)
-    for kind in _BLACKBOX:
-        base = scoring._SCORERS.get(kind, lambda a, t, i: {})
-        if not getattr(base, "blackbox_wrapped", False):
-            scoring._SCORERS[kind] = _wrap(kind, base)
-
-
-_install()
