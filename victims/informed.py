@@ -104,6 +104,21 @@ class Recipe:
         return model
 
 
+    def train_many(self, x_minus: torch.Tensor, y_minus: torch.Tensor, x_extra: torch.Tensor,
+                   y_extra: torch.Tensor, seed: int = 0, init_seed: int | None = None) -> torch.Tensor:
+        """(K, P) flat parameters (state_dict order) of K models trained on D₋ ∪ {extra_k}:
+        batched where the recipe allows (victims/shadows.py), else one by one."""
+        from victims.shadows import train_many
+
+        return train_many(self, x_minus, y_minus, x_extra, y_extra, seed, init_seed)
+
+    def outputs_many(self, flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """(K, N, out) raw outputs of flat-parameter models on x."""
+        from victims.shadows import outputs_many
+
+        return outputs_many(self, flat, x.to(self.device, self.dtype))
+
+
 @dataclass
 class Release:
     """What the informed attacker receives from one release request."""

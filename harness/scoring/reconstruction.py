@@ -106,10 +106,14 @@ def nn_baseline(targets: torch.Tensor, pool: torch.Tensor, chunk: int = 512
     return torch.cat(best), torch.cat(idx)
 
 
-def match_candidates(cands: torch.Tensor, points: torch.Tensor, vote: float | None = 0.9
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    """App. B.3 matching: for each point, its best candidate by NCC; with `vote`, the mean of all
+def match_candidates(cands: torch.Tensor, points: torch.Tensor, vote: float | None = 0.9,
+                     by: str = "ncc") -> tuple[torch.Tensor, torch.Tensor]:
+    """App. B.3 matching: for each point, its best candidate by NCC (or by MSE for non-image
+    data, `by="mse"`, where NCC of a few coordinates means little); with `vote`, the mean of all
     candidates whose NCC is at least `vote` × the best one's. Returns (reconstructions, best NCC)."""
+    if by == "mse":
+        j = pairwise_mse(points, cands).argmin(1)
+        return cands[j].double(), pairwise_ncc(points, cands)[torch.arange(len(points)), j]
     ncc = pairwise_ncc(points, cands)  # (n, m)
     best, j = ncc.max(1)
     if vote is None:
@@ -240,7 +244,7 @@ def score_untargeted(art: Any, truth: Any, eta_spec: Any) -> dict[str, float]:
         if c is None or len(c) == 0:
             continue
         c = canon(torch.as_tensor(c).detach().cpu().reshape(len(c), -1))
-        rec, best_ncc = match_candidates(c, xtr, vote)
+        rec, best_ncc = match_candidates(c, xtr, vote, "ncc" if is_image(shape) else "mse")
         rec = canon(rec)
         mse = ((rec - xtr) ** 2).mean(1)
         l2 = (rec - xtr).norm(dim=1)
