@@ -96,3 +96,31 @@ def test_rounding_detected_before_spending_the_budget(tmp_path):
              defenses={"rounding": {"decimals": 2}})
     assert a["outcome"] == "failed" and "rounded to 2 decimals" in a["reason"]
     assert a["queries"] == 4
+
+
+@pytest.mark.parametrize("name", ["span-threshold-tanh", "span-deep-bottleneck",
+                                  "span-obfuscation-fashion", "span-noisy-outputs"])
+def test_span_scenarios_validate(name):
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    path = Path(__file__).resolve().parents[1] / "scenarios" / f"{name}.yaml"
+    res = CliRunner().invoke(main, ["validate", str(path)])
+    assert res.exit_code == 0, res.output
+
+
+def test_deep_bottleneck_scenario_partial_inside_span(tmp_path):
+    """The Fig. 1 scenario as shipped: a partial span, every direction inside the true one."""
+    from pathlib import Path
+
+    from harness.scenario import load_scenario
+
+    s = load_scenario(Path(__file__).resolve().parents[1] / "scenarios" / "span-deep-bottleneck.yaml",
+                      ["tracking.enabled=false", "device=cpu"])
+    (a,) = run_scenario(s, out=tmp_path / "o")["attacks"]
+    m = a["metrics"]
+    assert 20 < m["recovered_rank"] < 80 == m["true_rank"]
+    assert m["min_energy_in_span"] > 1 - 1e-9 and a["risk"] == "medium"
