@@ -159,6 +159,13 @@ class InformedKnowledge:
         return Recipe(self.s, info.task, self.victim.truth.data.input_shape, info.n_outputs,
                       info.device, info.dtype)
 
+    @property
+    def recipe_batchable(self) -> bool:
+        """True when shadows of this recipe train in batches (victims/shadows.py)."""
+        from victims.shadows import batchable
+
+        return batchable(self.recipe)
+
     def max_targets(self, candidates: int = 1) -> int:
         """How many trials the training split allows (leaving at least half of it as D₋)."""
         return max(0, len(self.victim.truth.data.x_train) // 2 // candidates)

@@ -45,7 +45,7 @@ class KKTParams(Params):
     lambda_min: tuple[float, float] = (0.01, 0.5)  # log-uniform (App. B: [1e-4, 1])
     lambda_lr: float = 1e-2  # on μ (λ = s·μ), fixed as in the authors' code
     dtype: str = "float64"  # float64 | float32
-    max_seconds: float = 20.0  # wall-clock bound; the run stops early (partial) past it
+    max_seconds: float = 10.0  # wall-clock bound; the run stops early (partial) past it
     keep: float = 1.0  # fraction of restarts (lowest final loss) whose candidates are returned
 
 

@@ -5,7 +5,8 @@ targets z̄ᵢ from its own pool (disjoint from D₋ and from the test targets),
 network φ mapping a model's representation to its extra training point, and apply φ to each of T
 released models (one per target, each trained on D₋ ∪ {z_t}). Representation: the flattened,
 standardised parameters (white-box; standardiser fitted on the shadows only), or the released
-model's outputs on a probe set of pool points, concatenated (prediction API, Sec. VI-C).
+model's outputs on a probe set, concatenated (prediction API, Sec. VI-C; the paper probes with
+200 shadow-pool images, we use D₋ points so that the whole pool stays available as targets).
 Shadows use the released models' known initialisation by default (the paper's default; a
 parameter). φ: MLP hidden–hidden–d with a sigmoid output scaled to the attacker-known input
 range, MAE + MSE loss, RMSProp (the authors' notebook: 1000-1000, lr 3e-4).
@@ -35,13 +36,14 @@ class ReconnParams(Params):
     shadows: int = 200  # shadow models (paper: ≥ 1,000)
     augment: list[str] = []  # any of: reuse, shift, noise, mixup
     features: str = "auto"  # auto | weights | outputs
-    probes: int = 200  # pool points whose outputs represent a model (outputs features)
+    probes: int = 200  # D₋ points whose outputs represent a model (outputs features)
     hidden: int = 1000
     epochs: int = 100
     lr: float = 3e-4
     batch: int = 64
     known_init: bool = True  # shadows start from the released models' initialisation
-    max_seconds: float = 30.0  # bound on shadow training
+    max_seconds: float = 30.0
+    slow_recipes: bool = False  # run even when shadows must be trained one by one
 
 
 def augmented_targets(x_pool, y_pool, x_minus, y_minus, k, kinds, shape, gen):
@@ -113,6 +115,10 @@ class Reconn(Attack):
             feats = "weights" if oracle.offers("weights") else "outputs"
         if feats == "weights" and not oracle.offers("weights"):
             raise AttackFailed("features: weights needs a white-box release")
+        if not params.slow_recipes and not kn.recipe_batchable:
+            raise AttackFailed("the training recipe cannot be batched (only full-batch SGD / DP-GD "
+                               "MLPs can): every shadow would be a full training run; set "
+                               "params.slow_recipes: true to run anyway")
         t = max(1, min(params.targets, kn.max_targets()))
         rel = kn.release(t)
         recipe = rel.recipe
@@ -121,11 +127,10 @@ class Reconn(Attack):
         init_seed = None if params.known_init else ctx.seed + 1
         xs, ys = augmented_targets(rel.x_aux, rel.y_aux, rel.x_minus, rel.y_minus,
                                    params.shadows, params.augment, info.input_shape, gen)
-        if feats == "outputs":
-            probe = rel.x_aux[: params.probes]
-            xs, ys = xs[params.probes:], ys[params.probes:]  # keep probes out of the targets
+        if feats == "outputs":  # probes: D₋ points (known to the informed adversary)
+            probe = rel.x_minus[: params.probes]
             if len(probe) == 0:
-                raise AttackFailed("outputs features need probe points in the attacker pool")
+                raise AttackFailed("outputs features need probe points (D₋ is empty)")
         if len(xs) < 2:
             raise AttackFailed("too few shadow targets (enlarge the pool or set augment)")
         # shadows, in chunks, within the time bound (each chunk's seeds differ: DP noise)
@@ -204,7 +209,7 @@ class Reconn(Attack):
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
-                tot += float(loss) * len(idx)
+                tot += float(loss.detach()) * len(idx)
             if ep % max(1, params.epochs // 20) == 0 or ep == params.epochs - 1:
                 curve.append((ep, tot / n))
             if not math.isfinite(tot):
