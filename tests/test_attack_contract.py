@@ -27,8 +27,9 @@ from victims.local import LocalBackend
 
 BUDGET = 3000
 ATTACKS = sorted(registry())
-OUTPUT = {"prediction": "probabilities", "gradient": "probabilities",
-          "smoothgrad": "probabilities", "whitebox": "logits"}
+# each interface with the outputs it is tried with (prediction: scores and label-only)
+OUTPUTS = {"prediction": ("probabilities", "label"), "gradient": ("probabilities",),
+           "smoothgrad": ("probabilities",), "whitebox": ("logits",)}
 
 VICTIMS = {
     "digits": {"model": {"arch": "mlp", "hidden": [8]},
@@ -59,16 +60,16 @@ def base_victims():
             for name, v in VICTIMS.items()}
 
 
-def deployment(base, name: str, interface: str):
-    """(scenario, victim) for a tiny victim behind `interface`."""
-    iface = {"kind": interface, "output": OUTPUT[interface],
+def deployment(base, name: str, interface: str, output: str):
+    """(scenario, victim) for a tiny victim behind `interface` returning `output`."""
+    iface = {"kind": interface, "output": output,
              "smoothgrad": {"sigma": 0.1, "samples": 4}}
     s = scenario_from_dict(make_scenario(victim=VICTIMS[name], interface=iface,
                                          defenses={"query_budget": BUDGET}))
     v = base[name]
     backend = LocalBackend(v.truth.model, v.info.task, v.info.n_classes, s.interface,
                            v.info.device, v.info.dtype)
-    info = dataclasses.replace(v.info, interface=interface, output=OUTPUT[interface])
+    info = dataclasses.replace(v.info, interface=interface, output=output)
     return s, dataclasses.replace(v, backend=backend, info=info)
 
 
@@ -98,30 +99,31 @@ def test_source_only_uses_the_oracle(name):
 def test_runs_on_tiny_victims_within_budget(name, base_victims, tmp_path):
     cls = registry()[name]
     ran = []
-    for interface in sorted(cls.needs):
-        for vname in VICTIMS:
-            s, victim = deployment(base_victims, vname, interface)
-            oracle = Oracle(SealedBackend(victim.backend), victim.info, OutputDefenses(), BUDGET)
-            entry = run_attack(Planned(cls(), cls.Params()), oracle, victim, s,
-                               tmp_path / f"{interface}-{vname}", Tracker(None, "x", False), None)
-            where = f"{name} on {vname}/{interface}"
-            assert entry["status"] in ("ok", "skipped"), f"{where}: {entry.get('reason')}"
-            assert oracle.ledger.used <= BUDGET
-            assert entry["queries"] == oracle.ledger.by_attack.get(name, 0)
-            assert isinstance(entry["wall_s"], float) and entry["wall_s"] >= 0
-            if entry["status"] == "skipped":
-                assert entry["reason"], f"{where}: a skip needs a reason"
-                continue
-            ran.append(where)
-            assert entry["risk"] in LEVELS and entry["reason"]
-            assert entry["outcome"] in ("ok", "partial", "failed")
-            assert all(isinstance(v, int | float) for v in entry["metrics"].values()), where
-            assert entry["metrics"]["queries"] == entry["queries"]
+    cases = [(i, o, v) for i in sorted(cls.needs) for o in OUTPUTS[i] for v in VICTIMS]
+    for interface, output, vname in cases:
+        s, victim = deployment(base_victims, vname, interface, output)
+        oracle = Oracle(SealedBackend(victim.backend), victim.info, OutputDefenses(), BUDGET)
+        entry = run_attack(Planned(cls(), cls.Params()), oracle, victim, s,
+                           tmp_path / f"{interface}-{output}-{vname}", Tracker(None, "x", False),
+                           None)
+        where = f"{name} on {vname}/{interface}/{output}"
+        assert entry["status"] in ("ok", "skipped"), f"{where}: {entry.get('reason')}"
+        assert oracle.ledger.used <= BUDGET
+        assert entry["queries"] == oracle.ledger.by_attack.get(name, 0)
+        assert isinstance(entry["wall_s"], float) and entry["wall_s"] >= 0
+        if entry["status"] == "skipped":
+            assert entry["reason"], f"{where}: a skip needs a reason"
+            continue
+        ran.append(where)
+        assert entry["risk"] in LEVELS and entry["reason"]
+        assert entry["outcome"] in ("ok", "partial", "failed")
+        assert all(isinstance(v, int | float) for v in entry["metrics"].values()), where
+        assert entry["metrics"]["queries"] == entry["queries"]
     assert ran, f"{name} ran on none of the tiny victims: everything was skipped"
 
 
 def test_sealed_backend_really_hides_the_model(base_victims):
-    _, victim = deployment(base_victims, "digits", "gradient")
+    _, victim = deployment(base_victims, "digits", "gradient", "probabilities")
     sealed = SealedBackend(victim.backend)
     assert not hasattr(sealed, "model") and not hasattr(sealed, "truth")
     x = torch.zeros(2, 64, dtype=torch.float64)

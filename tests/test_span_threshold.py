@@ -98,13 +98,13 @@ def test_coarse_victim_never_reported_as_exact(tmp_path):
         assert "rough" in a["outcome_reason"] or "stopped" in a["outcome_reason"]
 
 
-def test_scores_reduced_to_decisions(tmp_path):
-    """Probabilities are thresholded by the attack itself: the same span leaks."""
+def test_declines_score_apis_for_the_cheaper_attack(tmp_path):
+    """Under `attacks: all` a probability API is left to span_nonadaptive (far fewer queries)."""
     s = binary_net(24, 3, 4)
     s.interface.output = "probabilities"
-    a = run_one(s, tmp_path)
-    assert a["metrics"]["recovered_rank"] == 3 and a["metrics"]["min_energy_in_span"] > 0.999
-    assert any("only the decided label" in n for n in a["notes"])
+    rep = run_scenario(s, out=tmp_path / "out")
+    (a,) = rep["attacks"]
+    assert a["status"] == "skipped" and "span_nonadaptive" in a["reason"] and a["queries"] == 0
 
 
 def test_declines_regression():

@@ -290,6 +290,9 @@ class SpanThreshold(Attack):
     def skip_reason(self, info):
         if info.task == "regression":
             return "needs a classifier (0/1 decisions); the victim is a regressor"
+        if info.output != "label":
+            return ("for label-only APIs; this one returns real-valued scores, from which "
+                    "span_nonadaptive recovers the span with far fewer queries")
         return super().skip_reason(info)
 
     def run(self, oracle, params: ThresholdParams, ctx) -> Artifact:
