@@ -67,10 +67,13 @@ def run(scenario, overrides, json_path, out, tracking_uri, no_tracking, threads)
     pin_threads(threads)
     from pathlib import Path
 
+    from harness.errors import BadInput
     from harness.runner import run_scenario
     from harness.scenario import load_scenario
     from reports.verdict import exit_code
 
+    if json_path and not Path(json_path).resolve().parent.is_dir():
+        raise BadInput(f"--json: folder {Path(json_path).resolve().parent} does not exist")
     s = load_scenario(scenario, list(overrides))
     if no_tracking:
         s.tracking.enabled = False

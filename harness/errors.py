@@ -25,5 +25,9 @@ class BudgetExhausted(Exception):
         self.budget = budget
 
 
+class AttackSkipped(Exception):
+    """An attack declined a deployment it only recognises once running; the message says why."""
+
+
 class AttackFailed(Exception):
     """An attack could not produce a trustworthy result; the message says why."""

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from defenses.output import OutputDefenses
 from harness.attacks import registry
 from harness.attacks.base import Artifact, Attack, RunContext
-from harness.errors import AttackFailed, BadInput, BudgetExhausted, InterfaceError
+from harness.errors import AttackFailed, AttackSkipped, BadInput, BudgetExhausted, InterfaceError
 from harness.oracle import OFFERS, Oracle
 from harness.scenario import Scenario, flatten
 from harness.scoring import score
@@ -100,6 +100,15 @@ def _knowledge(s: Scenario, victim, oracle: Oracle, name: str, seed: int):
     return InformedKnowledge(s, victim, oracle, name, seed)
 
 
+def _access(provider):
+    """The narrow handle an attack gets to an informed-knowledge provider (or None)."""
+    if provider is None:
+        return None
+    from victims.informed import KnowledgeAccess
+
+    return KnowledgeAccess(provider)
+
+
 def run_attack(planned: Planned, oracle: Oracle, victim, s: Scenario, outdir: Path,
                tracker: Tracker, parent: str | None) -> dict[str, Any]:
     """Run, score and judge one attack; never raises (a crash becomes status: error)."""
@@ -118,14 +127,30 @@ def run_attack(planned: Planned, oracle: Oracle, victim, s: Scenario, outdir: Pa
     ctx = RunContext(seed=seed, rng=np.random.default_rng(seed),
                      gen=torch.Generator(device="cpu").manual_seed(seed),
                      device=victim.info.device, outdir=adir, progress=_progress_factory(),
-                     scenario=s, knowledge=_knowledge(s, victim, oracle, atk.name, seed))
+                     scenario=s)
+    provider = _knowledge(s, victim, oracle, atk.name, seed)
+    ctx.knowledge = _access(provider)
     run_id = tracker.start(atk.name, {"leakmeter.attack": atk.name, "leakmeter.family": atk.family},
                            parent=parent)
+    art: Artifact | None = None
+    try:  # the nested run ends whatever happens (even Ctrl-C inside an attack)
+        art = _run_and_score(atk, planned.params, view, ctx, provider, victim, entry)
+        _log_attack(tracker, run_id, entry, art)
+    finally:
+        tracker.end(run_id, failed=entry.get("status", "error") == "error")
+    return entry
+
+
+def _run_and_score(atk: Attack, params: Any, view, ctx: RunContext, provider, victim,
+                   entry: dict[str, Any]) -> Artifact | None:
+    """Run the attack, score its artifact and judge it, filling `entry`; returns the artifact."""
     t0 = time.perf_counter()
     art: Artifact | None = None
     try:
-        art = atk.run(view, planned.params, ctx)
+        art = atk.run(view, params, ctx)
         entry["status"] = "ok"
+    except AttackSkipped as exc:
+        entry.update(status="skipped", reason=str(exc))
     except (AttackFailed, BudgetExhausted, InterfaceError) as exc:
         art = Artifact("none", outcome="failed", reason=str(exc))
         entry["status"] = "ok"
@@ -137,7 +162,7 @@ def run_attack(planned: Planned, oracle: Oracle, victim, s: Scenario, outdir: Pa
     if art is not None:
         metrics = dict(art.metrics)
         try:
-            truth = getattr(ctx.knowledge, "truth", None) or victim.truth  # informed release
+            truth = getattr(provider, "truth", None) or victim.truth  # informed release
             metrics.update(score(art, truth, victim.info))
         except Exception as exc:  # noqa: BLE001
             entry.update(status="error", reason=f"scoring failed: {type(exc).__name__}: {exc}")
@@ -158,18 +183,20 @@ def run_attack(planned: Planned, oracle: Oracle, victim, s: Scenario, outdir: Pa
             entry["outcome_reason"] = art.reason
     entry.setdefault("risk", None)
     entry.setdefault("metrics", {})
-    try:
-        tracker.params(run_id, {f"params.{k}": v for k, v in flatten(entry["params"]).items()})
-        tracker.metrics(run_id, {**entry["metrics"], "wall_s": entry["wall_s"]})
-        tracker.tags(run_id, {"status": entry["status"], "risk": entry.get("risk"),
-                              "reason": entry.get("reason", ""), "outcome": entry.get("outcome")})
-        for f in (art.files.values() if art else []):
-            tracker.artifact(run_id, f)
-        for key, pts in (art.data.get("curves", {}) if art else {}).items():
-            tracker.curve(run_id, key, pts)
-    finally:
-        tracker.end(run_id, failed=entry["status"] == "error")
-    return entry
+    return art
+
+
+def _log_attack(tracker: Tracker, run_id: str | None, entry: dict[str, Any],
+                art: Artifact | None) -> None:
+    """Params, metrics, tags, files and curves of one attack's nested run."""
+    tracker.params(run_id, {f"params.{k}": v for k, v in flatten(entry["params"]).items()})
+    tracker.metrics(run_id, {**entry["metrics"], "wall_s": entry["wall_s"]})
+    tracker.tags(run_id, {"status": entry["status"], "risk": entry.get("risk"),
+                          "reason": entry.get("reason", ""), "outcome": entry.get("outcome")})
+    for f in (art.files.values() if art else []):
+        tracker.artifact(run_id, f)
+    for key, pts in (art.data.get("curves", {}) if art else {}).items():
+        tracker.curve(run_id, key, pts)
 
 
 def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Path | None = None,
@@ -213,11 +240,12 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
     parent = tracker.start(s.name, tags)
     failed = False
     try:
-        tracker.params(parent, flatten(s.model_dump(mode="json")))
-        if source:
+        public = s.public_dump()
+        tracker.params(parent, flatten(public))
+        if source and public == s.model_dump(mode="json"):  # nothing to redact: keep comments
             tracker.text(parent, source, "scenario.yaml")
         else:
-            tracker.text(parent, yaml.safe_dump(s.model_dump(mode="json"), sort_keys=False),
+            tracker.text(parent, yaml.safe_dump(public, sort_keys=False),
                          "scenario.yaml")
         for planned in plan:
             report["attacks"].append(run_attack(planned, oracle, victim, s, outdir, tracker, parent))
@@ -253,7 +281,7 @@ def _finish(report, s, tracker, parent, outdir, json_path, failed) -> None:
         (outdir / "report.md").write_text(render.to_markdown(report))
         from reports.html import write_html
 
-        write_html(report, outdir / "report.html", s.model_dump(mode="json"))
+        write_html(report, outdir / "report.html", s.public_dump())
         if json_path:
             render.write_json(report, json_path)
         metrics = {f"victim_{k}": v for k, v in report["victim"].items()

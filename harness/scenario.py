@@ -203,10 +203,30 @@ class Scenario(Strict):
             raise ValueError("must match [a-z0-9-]+ (lower-case letters, digits, dashes)")
         return v
 
+    def public_dump(self) -> dict[str, Any]:
+        """The scenario as plain data, safe to log: credentials and query strings are removed
+        from the endpoint URL (tokens never live in the scenario: they come from auth_env)."""
+        data = self.model_dump(mode="json")
+        ep = data["victim"].get("endpoint")
+        if ep and ep.get("url"):
+            ep["url"] = redact_url(ep["url"])
+        return data
+
     def fingerprint(self) -> str:
         """Hash of the settings that make two runs comparable (all but tracking)."""
         data = self.model_dump(mode="json", exclude={"tracking"})
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def redact_url(url: str) -> str:
+    """The URL without user:password@ and without its query string and fragment."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 # --------------------------------------------------------------------------- loading

@@ -7,7 +7,7 @@ from conftest import make_scenario
 from harness.runner import run_scenario
 from harness.scenario import scenario_from_dict
 from victims.build import build_victim
-from victims.informed import InformedKnowledge, Recipe
+from victims.informed import InformedKnowledge, KnowledgeAccess, Recipe
 from victims.shadows import flatten_state
 
 RECIPE = {"model": {"arch": "mlp", "hidden": [10], "activation": "elu"},
@@ -45,12 +45,15 @@ def test_release_hides_targets_from_the_attacker():
     from harness.oracle import Oracle
 
     o = Oracle(v.backend, v.info, OutputDefenses.from_spec(s.defenses), None)
-    kn = InformedKnowledge(s, v, o, "x", 0)
+    provider = InformedKnowledge(s, v, o, "x", 0)
+    kn = KnowledgeAccess(provider)  # what the attack is handed
+    assert not any(hasattr(kn, a) for a in ("truth", "victim", "oracle", "s"))
     rel = kn.release(3)
     x_minus = rel.x_minus
-    for t in kn.truth.targets:  # targets are not in D₋ nor in the attacker's pool
+    for t in provider.truth.targets:  # targets are not in D₋ nor in the attacker's pool
         assert ((x_minus - t).abs().sum(1) > 0).all() and ((rel.x_aux - t).abs().sum(1) > 0).all()
     assert len(x_minus) == 207 and len(rel.views) == 3 and rel.candidates is None
+    assert rel.aux_y is None  # target labels only on request (Thm. 8)
 
 
 def test_reconn_beats_nn_oracle(tmp_path):

@@ -110,3 +110,11 @@ def test_fingerprint_ignores_tracking_only():
     c = scenario_from_dict(make_scenario(seed=1))
     assert a.fingerprint() == b.fingerprint() != c.fingerprint()
     assert flatten({"a": {"b": [1, 2]}}) == {"a.b": [1, 2]}
+
+
+def test_public_dump_redacts_endpoint_credentials():
+    s = scenario_from_dict(make_scenario(victim={"endpoint": {
+        "url": "https://user:s3cret@api.example.com:8443/v1/invocations?key=abc#frag"}}))
+    dumped = str(s.public_dump())
+    assert "s3cret" not in dumped and "key=abc" not in dumped and "user" not in dumped
+    assert s.public_dump()["victim"]["endpoint"]["url"] == "https://api.example.com:8443/v1/invocations"

@@ -170,8 +170,11 @@ class InformedKnowledge:
         """How many trials the training split allows (leaving at least half of it as D₋)."""
         return max(0, len(self.victim.truth.data.x_train) // 2 // candidates)
 
-    def release(self, n_targets: int, candidates: int = 1) -> Release:
-        """Train `n_targets` released models on D₋ ∪ {z_t}; returns what the attacker sees."""
+    def release(self, n_targets: int, candidates: int = 1, side_labels: bool = False) -> Release:
+        """Train `n_targets` released models on D₋ ∪ {z_t}; returns what the attacker sees.
+
+        `side_labels=True` also hands over each target's label (the side knowledge of paper 004
+        Thm. 8); attacks that do not need it must not ask."""
         if self._release is not None:
             raise RuntimeError("one release per attack run")
         from harness.errors import AttackFailed
@@ -219,7 +222,22 @@ class InformedKnowledge:
         self._release = Release(views, x_minus, y_minus, x_aux, y_aux, recipe,
                                 cand_x if candidates > 1 else None,
                                 cand_y if candidates > 1 else None,
-                                ty.clone() if candidates == 1 else None,
+                                ty.clone() if candidates == 1 and side_labels else None,
                                 notes=[f"{n_targets} released models trained on |D₋| = "
                                        f"{len(x_minus)} + 1 points in {recipe.train_seconds:.1f} s"])
         return self._release
+
+
+class KnowledgeAccess:
+    """What an informed attack is handed (RunContext.knowledge): the provider's public questions
+    and `release`, nothing else — the deployed victim, its oracle and the secret targets stay
+    with the provider, which the runner keeps for the scorer."""
+
+    __slots__ = ("available", "recipe_batchable", "max_targets", "release")
+
+    def __init__(self, provider: InformedKnowledge):
+        self.available = provider.available
+        self.recipe_batchable = provider.recipe_batchable if self.available else False
+        self.max_targets = lambda candidates=1: provider.max_targets(candidates)
+        self.release = lambda n_targets, candidates=1, side_labels=False: provider.release(
+            n_targets, candidates, side_labels)

@@ -133,12 +133,16 @@ def find_planes(oracle, line, grid, eps, tol, p, search, ctx) -> tuple[torch.Ten
     """Candidate hyperplanes (normals, offsets) crossing one line."""
     if search == "gradients":
         k = rl.bisect_gradients(oracle, line, grid, eps, tol, p.max_units)
+        if not len(k.tl):  # the gradient never changed along this line
+            return line.u.new_zeros(0, line.u.shape[-1]), line.u.new_zeros(0)
         t = rl.locate(oracle, line, k.tl, k.tr)
         normals = k.right - k.left
     else:
         from harness.attacks.extraction.fd_rows import jacobian_jumps
 
         k = rl.bisect_values(oracle, line, grid, eps, tol, p.max_units)
+        if not len(k.tl):  # the values stayed linear along this line
+            return line.u.new_zeros(0, line.u.shape[-1]), line.u.new_zeros(0)
         t = rl.locate(oracle, line, k.tl, k.tr, k.left, k.right)
         normals = jacobian_jumps(oracle, line, t, p.fd_step, tol)
     offsets = -(normals * line.at(t)).sum(1)

@@ -103,7 +103,7 @@ def bisect_gradients(oracle, line: Line, grid: torch.Tensor, w_min: float, tol: 
     g = ask(oracle, line.at(grid), "explain")
     ch = differ(g[:-1], g[1:], tol)
     tl, tr, gl, gr = grid[:-1][ch], grid[1:][ch], g[:-1][ch], g[1:][ch]
-    done_l, done_r, done_gl, done_gr = [], [], [], []
+    done_l, done_r, done_gl, done_gr = [tl[:0]], [tr[:0]], [gl[:0]], [gr[:0]]  # none found: empty
     rounds = 0
     while len(tl) and rounds < max_rounds:
         narrow = (tr - tl) <= w_min * torch.maximum(tl.abs(), tr.abs()).clamp_min(1.0)

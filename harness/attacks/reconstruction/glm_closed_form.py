@@ -98,7 +98,8 @@ class GLMClosedForm(Attack):
             raise AttackFailed("an informed adversary needs a locally trained victim")
         glm_weights(oracle.weights())  # decline non-GLMs before training anything
         t = max(1, min(params.targets, kn.max_targets()))
-        rel = kn.release(t)
+        _, b0 = glm_weights(oracle.weights())
+        rel = kn.release(t, side_labels=b0 is None)  # Thm. 8 (no intercept) is given y
         wd = float(rel.recipe.training.weight_decay)
         task = rel.recipe.task
         xs, ys = [], []

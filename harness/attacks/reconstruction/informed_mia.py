@@ -20,7 +20,7 @@ import torch
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
 from harness.attacks.reconstruction.reconn import format_outputs
-from harness.errors import AttackFailed
+from harness.errors import AttackFailed, AttackSkipped
 
 
 class MIAParams(Params):
@@ -48,9 +48,9 @@ class InformedMIA(Attack):
     def run(self, oracle, params: MIAParams, ctx) -> Artifact:
         kn = ctx.knowledge
         if kn is None or not kn.available:
-            raise AttackFailed("an informed adversary needs a locally trained victim")
+            raise AttackSkipped("an informed adversary needs a locally trained victim")
         if not params.slow_recipes and not kn.recipe_batchable:
-            raise AttackFailed("the training recipe cannot be batched (only full-batch SGD / DP-GD "
+            raise AttackSkipped("the training recipe cannot be batched (only full-batch SGD / DP-GD "
                                "MLPs can): every shadow would be a full training run; set "
                                "params.slow_recipes: true to run anyway")
         games = max(1, min(params.games, kn.max_targets(2)))
