@@ -32,10 +32,7 @@ class VictimPyfunc(mlflow.pyfunc.PythonModel):
         meta = json.loads(Path(context.artifacts["meta"]).read_text())
         s = scenario_from_dict(json.loads(Path(context.artifacts["scenario"]).read_text()))
         path = context.artifacts["model"]
-        if meta["torchscript"]:
-            model = torch.jit.load(path, map_location="cpu")
-        else:
-            model = torch.load(path, map_location="cpu", weights_only=False)
+        model = torch.jit.load(path, map_location="cpu")  # TorchScript: nothing is unpickled
         model.eval()
         dtype = getattr(torch, meta["dtype"])
         backend = LocalBackend(model, meta["task"], meta["n_classes"], s.interface,
@@ -71,12 +68,11 @@ def export_pyfunc(s: Any, path: str | Path) -> Path:
     if out.exists() and any(out.iterdir()):
         raise BadInput(f"--export-mlflow: {out} exists and is not empty")
     served, victim = build_served(s)
-    model = victim.truth.model
-    script = isinstance(model, torch.jit.ScriptModule)
+    model = _scripted(victim.truth.model, victim.info)
     with tempfile.TemporaryDirectory() as tmp:
         mfile = Path(tmp) / "victim.pt"
-        torch.jit.save(model, str(mfile)) if script else torch.save(model, str(mfile))
-        meta = {"torchscript": script, "task": victim.info.task, "n_classes": victim.info.n_classes,
+        torch.jit.save(model, str(mfile))
+        meta = {"torchscript": True, "task": victim.info.task, "n_classes": victim.info.n_classes,
                 "dtype": str(victim.info.dtype).removeprefix("torch."), "served": served.meta}
         (Path(tmp) / "meta.json").write_text(json.dumps(meta))
         (Path(tmp) / "scenario.json").write_text(json.dumps(s.model_dump(mode="json")))
@@ -91,3 +87,17 @@ def export_pyfunc(s: Any, path: str | Path) -> Path:
                        "scenario": str(Path(tmp) / "scenario.json")},
         )
     return out
+
+
+def _scripted(model: Any, info: Any) -> Any:
+    """The model as TorchScript (scripted, else traced: our models have no data-dependent
+    control flow), so the served copy loads without unpickling anything."""
+    import torch
+
+    if isinstance(model, torch.jit.ScriptModule):
+        return model
+    try:
+        return torch.jit.script(model)
+    except Exception:  # noqa: BLE001 - some modules only trace
+        example = torch.zeros(2, info.dim, dtype=info.dtype, device=info.device)
+        return torch.jit.trace(model, example)
