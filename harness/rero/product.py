@@ -187,6 +187,8 @@ def check_rows(s, victim, attacks: list[dict[str, Any]], p: accounting.Privacy |
         m = a.get("metrics", {})
         if a.get("status") != "ok" or "success_rate_eta" not in m or not m.get("eta"):
             continue
+        if not m.get("rero_comparable", 0.0):  # best-of-many picked with the truth: not one guess
+            continue
         eta = float(m["eta"])
         row: dict[str, Any] = {"prior": "empirical", "eta": eta, "bound": f"check:{a['name']}",
                                "attack": a["name"], "measured": float(m["success_rate_eta"]),
