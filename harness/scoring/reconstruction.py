@@ -14,7 +14,8 @@ baseline (it then carries information unique to that record). `success_rate` is 
 reconstructed with a 95% Clopper–Pearson interval; `success_rate_eta` is the fraction within ℓ2
 distance `eta` (the scenario's `rero.eta[0]`, else the median NN-oracle ℓ2 distance) for the
 ReRo comparison (`rero_comparable` = 1 only when each target got one guess, not a best-of-many
-picked with the truth as in kkt's matching or Thm. 8's two candidates). Images: SSIM with a 3×3 Gaussian window (σ = 1.5, valid region, data range 1)
+picked with the truth as in kkt's matching or Thm. 8's two candidates).
+Images: SSIM with a 3×3 Gaussian window (σ = 1.5, valid region, data range 1)
 on images min-max scaled to [0, 1]; NCC = Pearson correlation of the flattened inputs.
 For untargeted matching on images every point (candidate, training point, non-member) is first
 min-max scaled per image (App. B.3's scaling), so distances compare like with like.
