@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from harness.cli import THREADS, guarded
+from harness.cli_common import THREADS, guarded
 from harness.threads import pin_threads
 
 

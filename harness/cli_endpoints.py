@@ -1,34 +1,18 @@
 """`leakmeter serve` and `leakmeter scan` (issue 7), registered by harness/cli.py.
 
 numpy/torch are imported inside the commands, after the thread count is pinned. This module does
-not import harness.cli at load time (harness.cli imports it while loading).
+not import harness.cli (harness.cli imports it while loading); shared options come from
+harness.cli_common.
 """
 
 from __future__ import annotations
 
 import sys
-from functools import wraps
 
 import click
 
+from harness.cli_common import SET, THREADS, guarded
 from harness.threads import pin_threads
-
-THREADS = click.option("--threads", type=click.IntRange(min=1), default=None,
-                       help="Threads per process for torch/BLAS (default 1, or LEAKMETER_THREADS).")
-SET = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-                   help="Override a scenario key by dotted path, e.g. defenses.output_noise.sigma=0.")
-
-
-def guarded(fn):
-    """harness.cli.guarded, looked up at call time: BadInput → exit 2, a crash → exit 3."""
-
-    @wraps(fn)
-    def wrapper(*args, **kwargs):
-        from harness.cli import guarded as real
-
-        return real(fn)(*args, **kwargs)
-
-    return wrapper
 
 
 @click.command()

@@ -31,7 +31,7 @@ def register(main) -> None:
     main.add_command(mod.compare)
 
 
-from harness.cli import THREADS, guarded  # noqa: E402 - after `register` (circular import)
+from harness.cli_common import THREADS, guarded  # noqa: E402
 
 # --------------------------------------------------------------------------- reading MLflow
 

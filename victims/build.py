@@ -129,8 +129,9 @@ def build_victim(s: Any) -> Victim:
     backend = LocalBackend(model, data.task, data.n_classes, s.interface, device, dtype)
     utility = _utility(backend, data)
     pool = torch.as_tensor(data.x_pool, dtype=dtype, device=device)
-    lo = float(min(data.x_train.min(), data.x_pool.min() if len(data.x_pool) else 0))
-    hi = float(max(data.x_train.max(), data.x_pool.max() if len(data.x_pool) else 0))
+    # the input range an attacker can know: from its own pool (the private split only if none)
+    public = data.x_pool if len(data.x_pool) else data.x_train
+    lo, hi = float(public.min()), float(public.max())
     info = PublicInfo(
         input_shape=tuple(data.input_shape), dim=data.dim, n_outputs=data.n_outputs,
         n_classes=data.n_classes, task=data.task, interface=s.interface.kind,

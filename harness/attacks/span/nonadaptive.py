@@ -22,6 +22,7 @@ never as a rank.
 from __future__ import annotations
 
 import torch
+from pydantic import Field
 
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
@@ -30,14 +31,14 @@ from harness.errors import AttackFailed
 
 
 class SpanParams(Params):
-    max_samples: int | None = None  # gradient points; default 2·d + 20
-    batch: int = 16  # points per round
-    rtol: float = 1e-5  # rank tolerance relative to the largest singular value
-    patience: int = 2  # rounds without rank growth before stopping
-    fd_step: float | None = None  # finite-difference step; None = from the answers' precision
-    min_gap: float = 100.0  # σ_r / σ_{r+1} below this = no clear rank
-    growth_window: float = 0.5  # stop only if the rank did not grow over this share of samples
-    max_heldout_residual: float = 1e-2  # fresh gradients must lie this close to the recovered span
+    max_samples: int | None = Field(default=None, ge=1)  # gradient points; default 2·d + 20
+    batch: int = Field(default=16, ge=1)  # points per round
+    rtol: float = Field(default=1e-5, gt=0, lt=1)  # rank tolerance relative to the largest σ
+    patience: int = Field(default=2, ge=1)  # rounds without rank growth before stopping
+    fd_step: float | None = Field(default=None, gt=0)  # None = from the answers' precision
+    min_gap: float = Field(default=100.0, gt=1)  # σ_r / σ_{r+1} below this = no clear rank
+    growth_window: float = Field(default=0.5, gt=0, le=1)  # no rank growth over this share: stop
+    max_heldout_residual: float = Field(default=1e-2, gt=0)  # fresh gradients this close to span
 
 
 def probe_answers(oracle, gen: torch.Generator) -> tuple[float | None, list[str]]:
