@@ -161,7 +161,10 @@ class Surrogate(Attack):
         if bar is not None:
             bar.close()
         outcome, reason = "ok", ""
-        if oracle.remaining is not None and n_max * cost < p.max_queries:
+        if n_max * cost < p.max_queries and n_max * cost < limit - cost + 1:
+            outcome = "partial"
+            reason = f"the attacker pool held only {n_max} points ({n_max * cost} queries)"
+        elif oracle.remaining is not None and n_max * cost < p.max_queries:
             outcome, reason = "partial", f"query budget allowed {n_max * cost} of {p.max_queries}"
         data = {"snapshots": snaps, "model": snaps[-1][2], "outdir": ctx.outdir,
                 "joint": joint, "source": source, "task": info.task}
