@@ -39,8 +39,10 @@ class KKTParams(Params):
     m: int = 40  # candidates (≥ 2n for an upper bound n of the training set), half per label
     restarts: int = 8  # vectorised random-search draws
     steps: int = 400  # SGD steps per restart
-    lr: tuple[float, float] = (0.01, 0.3)  # log-uniform (App. B: [1e-5, 1])
-    sigma_x: tuple[float, float] = (1e-3, 0.1)  # log-uniform (App. B: [1e-6, 1])
+    lr: tuple[float, float] = (0.005, 0.05)  # log-uniform on the ‖θ‖²-normalised loss (App. B: [1e-5, 1])
+    # log-uniform, in units of the input half-range (App. B: [1e-6, 1]); below ~0.1 every candidate
+    # starts at the same point, gets the same gradient, and the residual stays at 1 (measured)
+    sigma_x: tuple[float, float] = (0.3, 1.0)
     alpha: tuple[float, float] = (10.0, 500.0)  # uniform (App. B)
     lambda_min: tuple[float, float] = (0.01, 0.5)  # log-uniform (App. B: [1e-4, 1])
     lambda_lr: float = 1e-2  # on μ (λ = s·μ), fixed as in the authors' code
@@ -145,7 +147,7 @@ class KKT(Attack):
         lo, hi = float(info.input_low), float(info.input_high)
         span = max(hi - lo, 1e-6)
         centre = pool.mean(0) if len(pool) else torch.full((d,), (lo + hi) / 2, device=dev, dtype=dt)
-        x = centre + sig[:, None, None] * torch.randn(r, m, d, generator=gen,
+        x = centre + (span / 2) * sig[:, None, None] * torch.randn(r, m, d, generator=gen,
                                                       dtype=torch.float64).to(dev, dt)
         y = torch.cat([torch.ones(m // 2), -torch.ones(m - m // 2)]).to(dev, dt)
         mu = torch.rand(r, m, generator=gen, dtype=torch.float64).to(dev, dt)
