@@ -214,8 +214,9 @@ class KKT(Attack):
             r2 = kkt_loss(layers, x, 2 * mu, y, alpha)
             # residual(s) = r0 − 2 s c + s² q is quadratic in s: recover c and q from 3 points
             q = (r2 - 2 * r1 + r0) / 2
-            c = (r0 + q - r1) / 2
-            s = (c / q.clamp_min(1e-300)).clamp_min(1e-12)
+            # match magnitudes, ‖s·(1/m)Σ μ y ∇Φ‖ = ‖θ‖, whatever the sign of c at the random
+            # start: the least-squares s (c/q) is often ≤ 0 there and would pin λ at ~0
+            s = q.clamp_min(1e-300).rsqrt()
         return s
 
     def judge(self, m, artifact):
