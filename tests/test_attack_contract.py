@@ -132,3 +132,17 @@ def test_sealed_backend_really_hides_the_model(base_victims):
     assert not hasattr(sealed, "model") and not hasattr(sealed, "truth")
     x = torch.zeros(2, 64, dtype=torch.float64)  # digits inputs
     assert torch.equal(sealed.predict(x, "logits"), victim.backend.predict(x, "logits"))
+
+
+@pytest.mark.parametrize("name", ATTACKS)
+def test_params_reject_non_positive_counts(name):
+    """The generic range rule: a positive count default cannot be set to 0 (checked against each
+    attack's own declared defaults)."""
+    from pydantic import ValidationError
+
+    cls = registry()[name]
+    counts = [k for k, f in cls.Params.model_fields.items()
+              if isinstance(f.default, int) and not isinstance(f.default, bool) and f.default > 0]
+    for k in counts:
+        with pytest.raises(ValidationError):
+            cls.Params(**{k: 0})

@@ -8,22 +8,45 @@ attack's `judge` turns the scored metrics into a risk level with a reason.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 FAMILIES = ("extraction", "span", "reconstruction")
 INTERFACES = ("prediction", "gradient", "smoothgrad", "whitebox")
 
 
 class Params(BaseModel):
-    """Base for attack parameters: typed, with defaults; unknown keys are errors."""
+    """Base for attack parameters: typed, with defaults; unknown keys are errors.
+
+    A generic range rule backs each attack's own checks: where the default is a positive count
+    (int), a given value must be ≥ 1; where it is a positive real, a given value must be finite
+    and ≥ 0 (element-wise for lists and tuples of such values).
+    """
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    @model_validator(mode="after")
+    def _positive_like_default(self) -> Params:
+        for name, info in type(self).model_fields.items():
+            default, value = info.default, getattr(self, name)
+            pairs = (list(zip(default, value, strict=False))
+                     if isinstance(default, list | tuple) and isinstance(value, list | tuple)
+                     else [(default, value)])
+            for d, v in pairs:
+                if isinstance(d, bool) or isinstance(v, bool) or v is None:
+                    continue
+                if isinstance(d, int) and d > 0 and isinstance(v, int) and v < 1:
+                    raise ValueError(f"{name} must be a count ≥ 1 (got {v})")
+                if isinstance(d, float) and d > 0 and isinstance(v, int | float) and (
+                        v < 0 or not math.isfinite(v)):
+                    raise ValueError(f"{name} must be finite and ≥ 0 (got {v})")
+        return self
 
 
 @dataclass
