@@ -43,7 +43,7 @@ ART_CHILD = textwrap.dedent("""
 
 
 def shadow_table(n_loop: int, n_batch: int) -> None:
-    from conftest_free import recipe_and_data
+    from bench_recipes import recipe_and_data
 
     r, xm, ym, xe, ye = recipe_and_data()
     t = time.perf_counter()

@@ -20,6 +20,6 @@ def recipe_and_data():
                                 "batch_size": None, "dtype": "float32"}}})
     d = load_dataset(s.victim.data, 0)
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    r = Recipe(s, d.task, d.input_shape, d.n_classes, dev, torch.float32)
+    r = Recipe(s, d.task, d.input_shape, d.n_outputs, dev, torch.float32)
     f = lambda a: torch.as_tensor(a, dtype=torch.float32)  # noqa: E731
     return r, f(d.x_train[:-1]), torch.as_tensor(d.y_train[:-1]), f(d.x_pool), torch.as_tensor(d.y_pool)
