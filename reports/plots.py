@@ -79,13 +79,7 @@ def utility_vs_epsilon(cmp: dict[str, Any], path: str | Path) -> Path | None:
     ax.set_xlabel("ε (DP-SGD)")
     ax.set_ylabel("utility (test accuracy)")
     ax.set_title("Utility vs ε; colour = worst risk (green low, orange medium, red high)", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, title="other settings (marker)", title_fontsize=7)
-    fig.tight_layout()
-    p = Path(path)
-    fig.savefig(p)
-    plt.close(fig)
-    return p
+    return _save(plt, fig, ax, path, legend_size=7, title="other settings (marker)")
 
 
 def success_vs_epsilon(cmp: dict[str, Any], path: str | Path) -> Path | None:
@@ -117,13 +111,7 @@ def success_vs_epsilon(cmp: dict[str, Any], path: str | Path) -> Path | None:
     ax.set_xlabel("ε (DP-SGD)")
     ax.set_ylabel("attack success (fraction of goal)")
     ax.set_title("Attack success vs ε" + (" with the ReRo bound" if gammas else ""), fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    p = Path(path)
-    fig.savefig(p)
-    plt.close(fig)
-    return p
+    return _save(plt, fig, ax, path, legend_size=7)
 
 
 def curves_vs_queries(curves: dict[str, dict[str, list]], path: str | Path,
@@ -145,13 +133,7 @@ def curves_vs_queries(curves: dict[str, dict[str, list]], path: str | Path,
     ax.set_xlabel("queries")
     ax.set_ylabel(", ".join(sorted({k.rsplit('/', 1)[-1] for _, k, _ in chosen}))[:60])
     ax.set_title("Attack progress vs queries, per cell", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=6)
-    fig.tight_layout()
-    p = Path(path)
-    fig.savefig(p)
-    plt.close(fig)
-    return p
+    return _save(plt, fig, ax, path, legend_size=6)
 
 
 def all_plots(cmp: dict[str, Any], curves: dict[str, dict[str, list]], outdir: str | Path) -> list[Path]:
@@ -162,3 +144,14 @@ def all_plots(cmp: dict[str, Any], curves: dict[str, dict[str, list]], outdir: s
             success_vs_epsilon(cmp, out / "attack_success_vs_epsilon.png"),
             curves_vs_queries(curves, out / "fidelity_vs_queries.png")]
     return [p for p in made if p is not None]
+
+
+def _save(plt, fig, ax, path: str | Path, legend_size: int, title: str | None = None) -> Path:
+    """Grid, legend, layout; write the PNG, close the figure; returns its path."""
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend_size, title=title, title_fontsize=legend_size)
+    fig.tight_layout()
+    p = Path(path)
+    fig.savefig(p)
+    plt.close(fig)
+    return p

@@ -32,6 +32,17 @@ def fd_cost(dim: int) -> int:
     return dim + 1
 
 
+def api_labels(y: torch.Tensor, output: str) -> torch.Tensor:
+    """Class labels (N,) from API outputs: labels as they are; one column thresholded (logits at
+    0, probabilities at 0.5); several columns by argmax."""
+    if output == "label" or y.dim() == 1:
+        return y.long().reshape(-1)
+    y = y.reshape(len(y), -1)
+    if y.shape[1] == 1:
+        return (y[:, 0] > (0.5 if output == "probabilities" else 0.0)).long()
+    return y.argmax(dim=1)
+
+
 def answers_precision(y: torch.Tensor) -> str:
     """"float32" when every answer is exactly representable in float32 (a float32 model or
     endpoint), else "float64". An attacker can read this off the answers themselves."""

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from harness.attacks.gradients import api_labels
 from harness.errors import BudgetExhausted
 from harness.scoring import scorer
 
@@ -83,15 +84,6 @@ def span_stability(artifact: Any, truth: Any, info: Any) -> dict[str, float]:
     return out
 
 
-def _labels(y: torch.Tensor, output: str) -> torch.Tensor:
-    y = y.reshape(len(y), -1) if y.dim() > 1 else y
-    if y.dim() == 1:
-        return y.long()
-    if y.shape[1] == 1:
-        return (y[:, 0] > (0.5 if output == "probabilities" else 0.0)).long()
-    return y.argmax(dim=1)
-
-
 @scorer("surrogate", blackbox=True)
 @scorer("model", blackbox=True)
 def surrogate_agreement(artifact: Any, truth: Any, info: Any) -> dict[str, float]:
@@ -117,6 +109,6 @@ def surrogate_agreement(artifact: Any, truth: Any, info: Any) -> dict[str, float
         out["blackbox_r2"] = 1.0 - float(((a - b) ** 2).sum()) / ss
         return out
     # surrogates output raw (or centred) logits: one column is thresholded at 0
-    out["blackbox_agreement"] = float((_labels(y_sur, "logits") == _labels(y_api, info.output))
+    out["blackbox_agreement"] = float((api_labels(y_sur, "logits") == api_labels(y_api, info.output))
                                       .double().mean())
     return out

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from harness.attacks.gradients import api_labels
 from harness.scoring import scorer
 
 N_GAUSS = 2000
@@ -52,10 +53,6 @@ def eval_sets(truth, info) -> dict[str, torch.Tensor]:
     return sets
 
 
-def _labels(z: torch.Tensor, task: str) -> torch.Tensor:
-    return (z[:, 0] > 0).long() if z.shape[1] == 1 else z.argmax(dim=1)
-
-
 def compare_outputs(f: torch.Tensor, g: torch.Tensor, space: str, task: str) -> dict[str, float]:
     """Error metrics of predicted outputs g against true outputs f (both (N, K))."""
     if space == "centered":
@@ -65,7 +62,7 @@ def compare_outputs(f: torch.Tensor, g: torch.Tensor, space: str, task: str) -> 
     out = {"max_rel_error": float((f - g).abs().max()) / rms,
            "normalized_loss": float((f - g).pow(2).mean() / f.pow(2).mean().clamp_min(1e-300))}
     if task != "regression":
-        same = _labels(f, task) == _labels(g, task)
+        same = api_labels(f, "logits") == api_labels(g, "logits")
         if f.shape[1] > 1:  # the victim's own ties (e.g. all units off, outputs all 0) agree
             top2 = f.topk(2, dim=1).values
             same |= (top2[:, 0] - top2[:, 1]) <= 1e-12 * rms
@@ -136,7 +133,7 @@ def fidelity_accuracy(f: torch.Tensor, g: torch.Tensor, y, task: str) -> tuple[f
         yt = torch.as_tensor(y, dtype=torch.float64).reshape(-1)
         acc = 1.0 - float((g[:, 0] - yt).pow(2).mean() / yt.var().clamp_min(1e-300))
         return fid, acc
-    lf, lg = _labels(f, task), _labels(g, task)
+    lf, lg = api_labels(f, "logits"), api_labels(g, "logits")
     acc = float((lg == torch.as_tensor(y).reshape(-1).long()).double().mean()) if y is not None else 0.0
     return float((lf == lg).double().mean()), acc
 

@@ -7,18 +7,18 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from harness.attacks.gradients import api_labels
 from harness.scoring import scorer
 from harness.scoring.subspace import compare_subspaces, row_basis
 
 
-def truth_labels(model, x: torch.Tensor, task: str) -> np.ndarray:
+def truth_labels(model, x: torch.Tensor) -> np.ndarray:
     """Labels the truth model gives a flat batch."""
     p = next(model.parameters(), None)
     dev, dt = (p.device, p.dtype) if p is not None else (torch.device("cpu"), torch.float64)
     with torch.no_grad():
         z = model(x.to(dev, dt)).reshape(len(x), -1)
-    lab = (z[:, 0] > 0).long() if task == "binary" and z.shape[1] == 1 else z.argmax(dim=1)
-    return lab.cpu().numpy()
+    return api_labels(z, "logits").cpu().numpy()
 
 
 @scorer("obfuscation")
@@ -26,7 +26,7 @@ def score_obfuscation(artifact, truth, info) -> dict[str, float]:
     out: dict[str, float] = {}
     x, x_obf = artifact.data["x"], artifact.data["x_obfuscated"]
     if truth.model is not None:
-        a, b = truth_labels(truth.model, x, info.task), truth_labels(truth.model, x_obf, info.task)
+        a, b = truth_labels(truth.model, x), truth_labels(truth.model, x_obf)
         out["truth_prediction_kept"] = float((a == b).mean())
     if truth.first_layer is not None:
         u = row_basis(truth.first_layer)

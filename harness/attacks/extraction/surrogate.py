@@ -27,6 +27,7 @@ from torch import nn
 
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
+from harness.attacks.gradients import api_labels
 from harness.errors import AttackFailed
 
 GRID = (1, 2, 3, 5, 7)
@@ -88,15 +89,6 @@ def membership_loss(out: torch.Tensor, y: torch.Tensor, output: str, task: str) 
         return nn.functional.cross_entropy(out, y)
     target = y if output == "probabilities" else torch.softmax(y, 1)
     return -(target * torch.log_softmax(out, 1)).sum(1).mean()
-
-
-def predicted(y: torch.Tensor, output: str, task: str) -> torch.Tensor:
-    """The victim's predicted class per input."""
-    if output == "label":
-        return y.long().reshape(-1)
-    if task == "binary":
-        return (y[:, -1] > (0.5 if output == "probabilities" else 0.0)).long()
-    return y.argmax(1)
 
 
 @register
@@ -184,7 +176,7 @@ class Surrogate(Attack):
     def _train(net, opt, x, y, g, p, info, of, cls, joint) -> None:
         """`steps` Adam steps on (mini-)batches of everything queried so far."""
         task, output = info.task, info.output
-        pred = predicted(y, output, task) if task != "regression" else None
+        pred = api_labels(y, output) if task != "regression" else None
         gscale = g.pow(2).sum(1).mean().clamp_min(1e-12) if joint else None
         gen = torch.Generator(device="cpu").manual_seed(len(x))
         for _ in range(p.steps):

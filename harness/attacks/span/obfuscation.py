@@ -24,6 +24,7 @@ from pydantic import Field
 
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
+from harness.attacks.gradients import api_labels
 from harness.attacks.span.nonadaptive import SpanNonAdaptive, SpanParams
 from harness.attacks.span.threshold import SpanThreshold, ThresholdParams
 from harness.errors import AttackFailed
@@ -56,11 +57,6 @@ class Reserved:
     def affordable(self, n: int) -> int:
         rem = self.remaining
         return n if rem is None else max(0, min(n, rem))
-
-
-def labels_of(y: torch.Tensor, output: str) -> torch.Tensor:
-    """Predicted labels from predict outputs (labels as they are, else the argmax)."""
-    return y.long() if output == "label" else y.reshape(len(y), -1).argmax(dim=1)
 
 
 def complement_noise(basis: torch.Tensor, x: torch.Tensor, ratio: float,
@@ -121,7 +117,7 @@ class Obfuscation(Attack):
             raise AttackFailed(f"span recovery ({name}) failed: {span.reason}")
         noisy = [complement_noise(basis, x, r, ctx.gen, project=pr) for pr in (True, False)
                  for r in ratios]
-        y = labels_of(oracle.predict(torch.cat([x, *[x + n for n in noisy]])), oracle.output)
+        y = api_labels(oracle.predict(torch.cat([x, *[x + n for n in noisy]])), oracle.output)
         base, rest = y[: len(x)], y[len(x):].reshape(2 * len(ratios), len(x))
         kept = (rest == base).double().mean(dim=1).cpu()
         kept_proj, kept_rand = kept[: len(ratios)], kept[len(ratios):]

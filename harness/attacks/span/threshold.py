@@ -39,6 +39,7 @@ import torch
 
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
+from harness.attacks.gradients import api_labels
 from harness.errors import AttackFailed
 
 
@@ -76,8 +77,7 @@ class Decision:
 
 def decisions(oracle, x: torch.Tensor) -> torch.Tensor:
     """The API's label for each input (the argmax when it returns scores)."""
-    y = oracle.predict(x)
-    return y.long() if oracle.output == "label" else y.reshape(len(y), -1).argmax(dim=1)
+    return api_labels(oracle.predict(x), oracle.output)
 
 
 @dataclass
