@@ -8,7 +8,7 @@ from harness.runner import run_scenario
 from harness.scenario import scenario_from_dict
 from victims.build import build_victim
 from victims.informed import InformedKnowledge, KnowledgeAccess, Recipe
-from victims.shadows import flatten_state
+from victims.shadows import flatten_state, train_many
 
 RECIPE = {"model": {"arch": "mlp", "hidden": [10], "activation": "elu"},
           "data": {"dataset": "digits", "n_train": 210, "attacker_pool": 400, "standardize": "minmax"},
@@ -36,6 +36,34 @@ def test_batched_shadows_equal_the_recipe():
     # the deployed victim is exactly the recipe on the full training split
     full = flatten_state(r.train(torch.as_tensor(d.x_train), torch.as_tensor(d.y_train)))
     assert torch.allclose(full, flatten_state(v.truth.model), atol=1e-10)
+
+
+def _dp_recipe(sigma):
+    rec = {**RECIPE, "model": {"arch": "mlp", "hidden": [10, 6], "activation": "elu"},
+           "training": {**RECIPE["training"], "steps": 25, "weight_decay": 0.01}}
+    s = scenario_from_dict(make_scenario(victim=rec, defenses={"dp_sgd": {
+        "noise_multiplier": sigma, "max_grad_norm": 1.0}}))
+    v = build_victim(s)
+    d, info = v.truth.data, v.info
+    r = Recipe(s, info.task, d.input_shape, info.n_outputs, info.device, info.dtype)
+    xm, ym = torch.as_tensor(d.x_train[:-1]), torch.as_tensor(d.y_train[:-1])
+    return r, xm, ym, torch.as_tensor(d.x_pool[:3]), torch.as_tensor(d.y_pool[:3])
+
+
+def test_dp_shadows_ghost_norms_equal_per_example_gradients_and_opacus():
+    # ghost norms = materialised per-example gradients, same seeds (noise included), float64
+    r, xm, ym, xe, ye = _dp_recipe(0.3)
+    ghost = train_many(r, xm, ym, xe, ye, seed=5, dp_method="ghost")
+    ref = train_many(r, xm, ym, xe, ye, seed=5, dp_method="vmap")
+    assert torch.allclose(ghost, ref, atol=1e-10, rtol=0)
+    assert not torch.allclose(ghost, train_many(r, xm, ym, xe, ye, seed=6), atol=1e-3)  # noise
+    # with negligible noise the recipe is Opacus' (the real DP victim): clipping binds (C = 1),
+    # momentum and weight decay on every parameter
+    r, xm, ym, xe, ye = _dp_recipe(1e-12)
+    ghost = train_many(r, xm, ym, xe, ye, seed=5)
+    for k in range(2):
+        opacus = flatten_state(r.train(torch.cat([xm, xe[k : k + 1]]), torch.cat([ym, ye[k : k + 1]])))
+        assert torch.allclose(ghost[k], opacus, atol=1e-10, rtol=0)
 
 
 def test_release_hides_targets_from_the_attacker():

@@ -3,9 +3,17 @@ parameters (torch.func vmap), each on D₋ ∪ {one extra point} (paper 004, Sec
 
 Covers the recipes where batching pays and the semantics are simple to reproduce exactly:
 full-batch SGD (momentum, ½·wd·‖W‖² on weight matrices) with the same init for every copy, and
-full-batch DP-GD (per-example clipping to C, Gaussian noise σ·C, divided by n, the optimizer's
-weight decay on every parameter: Opacus with sample rate 1, in distribution). Anything else falls
-back to a loop over `Recipe.train`. Returns flat parameter vectors in state_dict order.
+full-batch DP-GD (per-example clipping to C with factor min(1, C/(‖g‖ + 1e-6)), Gaussian noise
+σ·C, divided by n, the optimizer's weight decay on every parameter: what Opacus does with Poisson
+sample rate 1, as victims/training.py trains the real DP victim; equal up to the noise draws).
+Anything else falls back to a loop over `Recipe.train`. Returns flat parameter vectors in
+state_dict order.
+
+DP-GD on a Sequential of Linear layers and elementwise activations uses the ghost-norm trick
+(Goodfellow 2015; Li et al. 2022): per-example gradients are never materialised. One backward of
+the summed loss gives each example's output gradient δ at every Linear layer; its weight gradient
+is δ aᵀ (a = the layer's input), so ‖g‖² = Σ_layers ‖δ‖²·(‖a‖² + [bias]) and the clipped sum is
+(f·δ)ᵀa. Other models fall back to per-example gradients by vmap(vmap(grad)).
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from victims.training import loss_fn
@@ -46,8 +55,11 @@ def flatten_state(model: torch.nn.Module) -> torch.Tensor:
 
 def train_many(recipe: Any, x_minus: torch.Tensor, y_minus: torch.Tensor, x_extra: torch.Tensor,
                y_extra: torch.Tensor, seed: int = 0, init_seed: int | None = None,
-               chunk: int = 256) -> torch.Tensor:
-    """(K, P) flat parameters of K models, model k trained on D₋ ∪ {(x_extra[k], y_extra[k])}."""
+               chunk: int = 256, dp_method: str = "auto") -> torch.Tensor:
+    """(K, P) flat parameters of K models, model k trained on D₋ ∪ {(x_extra[k], y_extra[k])}.
+
+    `dp_method` (DP-GD only): "ghost" (ghost norms), "vmap" (per-example gradients) or "auto"
+    (ghost where the model allows)."""
     if not batchable(recipe):
         out = []
         for k in range(len(x_extra)):
@@ -57,12 +69,67 @@ def train_many(recipe: Any, x_minus: torch.Tensor, y_minus: torch.Tensor, x_extr
             out.append(flatten_state(m))
         return torch.stack(out)
     parts = [_train_chunk(recipe, x_minus, y_minus, x_extra[i : i + chunk],
-                          y_extra[i : i + chunk], seed + i, init_seed)
+                          y_extra[i : i + chunk], seed + i, init_seed, dp_method)
              for i in range(0, len(x_extra), chunk)]
     return torch.cat(parts)
 
 
-def _train_chunk(recipe, x_minus, y_minus, xk, yk, seed, init_seed) -> torch.Tensor:
+ELEMENTWISE = (nn.ReLU, nn.Tanh, nn.Sigmoid, nn.Softplus, nn.ELU, nn.LeakyReLU, nn.Identity)
+
+
+def ghost_layers(model: nn.Module) -> list[Any] | None:
+    """The model as a list of Linear-layer name prefixes (str) and elementwise activations, or
+    None when it is not a Sequential of exactly those (then ghost norms do not apply)."""
+    if not isinstance(model, nn.Sequential):
+        return None
+    out: list[Any] = []
+    for name, m in model.named_children():
+        if isinstance(m, nn.Linear):
+            out.append(name)
+        elif isinstance(m, ELEMENTWISE):
+            out.append(m)
+        else:
+            return None
+    return out
+
+
+def _ghost_clipped_sum(layers, params, x, y, crit, c):
+    """Σ_i clip_C(g_i) per parameter for K stacked models: x (K, N, d), y (K, N)."""
+    a, inputs, pre = x, [], []
+    for item in layers:
+        if isinstance(item, str):
+            w, b = params[f"{item}.weight"], params.get(f"{item}.bias")
+            inputs.append(a)
+            z = torch.bmm(a, w.transpose(1, 2))
+            if b is not None:
+                z = z + b[:, None, :]
+            if not z.requires_grad:
+                z.requires_grad_(True)
+            pre.append(z)
+            a = z
+        else:
+            a = item(a)
+    k, n = y.shape
+    total = crit(a.reshape(k * n, -1), y.reshape(k * n)) * (k * n)  # Σ of per-example losses
+    deltas = torch.autograd.grad(total, pre)
+    with torch.no_grad():
+        norm2 = torch.zeros(k, n, dtype=x.dtype, device=x.device)
+        for item, d, inp in zip([i for i in layers if isinstance(i, str)], deltas, inputs,
+                                strict=True):
+            extra = 1.0 if f"{item}.bias" in params else 0.0
+            norm2 += (d**2).sum(-1) * ((inp**2).sum(-1) + extra)
+        f = (c / (norm2.sqrt() + 1e-6)).clamp(max=1.0)
+        out = {}
+        for item, d, inp in zip([i for i in layers if isinstance(i, str)], deltas, inputs,
+                                strict=True):
+            fd = d * f[..., None]
+            out[f"{item}.weight"] = torch.bmm(fd.transpose(1, 2), inp)
+            if f"{item}.bias" in params:
+                out[f"{item}.bias"] = fd.sum(1)
+    return out
+
+
+def _train_chunk(recipe, x_minus, y_minus, xk, yk, seed, init_seed, dp_method="auto") -> torch.Tensor:
     import time
 
     t0 = time.perf_counter()
@@ -107,22 +174,38 @@ def _train_chunk(recipe, x_minus, y_minus, xk, yk, seed, init_seed) -> torch.Ten
         c = recipe.dp.max_grad_norm
         gen = torch.Generator(device="cpu").manual_seed(seed + 15485863)
 
-        def one(p, x1, y1):
-            return crit(out(p, x1[None]), y1[None])
+        layers = ghost_layers(model) if dp_method in ("auto", "ghost") else None
+        if dp_method == "ghost" and layers is None:
+            raise ValueError("ghost norms need a Sequential of Linear layers and elementwise "
+                             "activations")
+        if layers is not None:
+            x_all = torch.cat([xm[None].expand(k, *xm.shape), xk[:, None]], 1)
+            y_all = torch.cat([ym[None].expand(k, *ym.shape), yk[:, None]], 1)
 
-        per_sample = vmap(vmap(grad(one), in_dims=(None, 0, 0)), in_dims=(0, None, None))
-        per_extra = vmap(grad(one))
-        for _ in range(steps):
-            gm = per_sample(params, xm, ym)  # (K, n-1, ...)
-            ge = per_extra(params, xk, yk)  # (K, ...)
-            with torch.no_grad():
+            def clipped_sum(p):
+                return _ghost_clipped_sum(layers, p, x_all, y_all, crit, c)
+        else:
+            def one(p, x1, y1):
+                return crit(out(p, x1[None]), y1[None])
+
+            per_sample = vmap(vmap(grad(one), in_dims=(None, 0, 0)), in_dims=(0, None, None))
+            per_extra = vmap(grad(one))
+
+            def clipped_sum(p):
+                gm = per_sample(p, xm, ym)  # (K, n-1, ...)
+                ge = per_extra(p, xk, yk)  # (K, ...)
                 norm_m = torch.sqrt(sum((gm[m].flatten(2) ** 2).sum(2) for m in names))
                 norm_e = torch.sqrt(sum((ge[m].flatten(1) ** 2).sum(1) for m in names))
                 fm = (c / (norm_m + 1e-6)).clamp(max=1.0)
                 fe = (c / (norm_e + 1e-6)).clamp(max=1.0)
+                return {m: (gm[m] * fm.reshape(k, -1, *[1] * (gm[m].dim() - 2))).sum(1)
+                        + ge[m] * fe.reshape(k, *[1] * (ge[m].dim() - 1)) for m in names}
+
+        for _ in range(steps):
+            sums = clipped_sum(params)
+            with torch.no_grad():
                 for m in names:
-                    s = (gm[m] * fm.reshape(k, -1, *[1] * (gm[m].dim() - 2))).sum(1)
-                    s = s + ge[m] * fe.reshape(k, *[1] * (ge[m].dim() - 1))
+                    s = sums[m]
                     noise = torch.randn(s.shape, generator=gen, dtype=torch.float64).to(dev, dt)
                     g = (s + sigma * c * noise) / n + wd * params[m]
                     bufs[m] = mom * bufs[m] + g if mom else g
