@@ -66,6 +66,21 @@ def test_dp_shadows_ghost_norms_equal_per_example_gradients_and_opacus():
         assert torch.allclose(ghost[k], opacus, atol=1e-10, rtol=0)
 
 
+def test_ridge_decode_recovers_a_linear_map_primal_and_dual():
+    from harness.attacks.reconstruction.reconn import ridge_decode
+
+    g = torch.Generator().manual_seed(0)
+    for k, p in ((300, 40), (60, 200)):  # more shadows than features, and fewer
+        a = torch.randn(k, p, generator=g, dtype=torch.float64) * 3 + 1
+        m = torch.randn(p, 7, generator=g, dtype=torch.float64)
+        w = a @ m + 5
+        b = 0.3 * a[:10] + 0.7 * a[10:20]  # affine combinations: inside what k shadows determine
+        if k > p:
+            b = b + torch.randn(10, p, generator=g, dtype=torch.float64)  # anywhere
+        got = ridge_decode(a, b, w, 1e-9)
+        assert torch.allclose(got, b @ m + 5, atol=1e-5), (k, p)
+
+
 def test_release_hides_targets_from_the_attacker():
     s = _scenario("all")
     v = build_victim(s)

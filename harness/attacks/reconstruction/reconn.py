@@ -11,7 +11,14 @@ Shadows use the released models' known initialisation by default (the paper's de
 parameter). φ: MLP hidden–hidden–d with a sigmoid output scaled to the attacker-known input
 range, MAE + MSE loss, RMSProp (the authors' notebook: 1000-1000, lr 3e-4).
 
-Beyond the paper: when the pool is smaller than K, shadow targets are augmented (`augment`):
+Beyond the paper: with output features, `decode: ridge` first maps a model's standardised
+outputs to its parameters by ridge regression fitted on the shadows (whose parameters the
+adversary knows), and the reconstructor then works on (decoded) parameters as in the white-box
+attack. On 8×8 digits (1,500 shadows, 200 held-out targets) the paper's representation
+(`decode: none`, outputs straight into φ) reached success 0.82–0.84, decoded outputs 0.87–0.885,
+the weights themselves 0.88: the logits of 200 probes carry about what the weights do, but φ
+learns the map from 1,500 examples far worse than least squares does.
+When the pool is smaller than K, shadow targets are augmented (`augment`):
 D₋ points reused as shadow targets, ±1-pixel shifts (images), Gaussian noise, same-class mixup.
 Shadows are trained in batches with stacked parameters where the recipe allows
 (victims/shadows.py: full-batch SGD / DP-GD), else one by one; the time is bounded by
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Literal
 
 import torch
 from pydantic import Field
@@ -41,6 +49,8 @@ class ReconnParams(Params):
     augment: list[str] = []  # any of: reuse, shift, noise, mixup
     features: str = "auto"  # auto | weights | outputs
     probes: int = Field(default=200, ge=1)  # D₋ points whose outputs represent a model
+    decode: Literal["none", "ridge"] = "none"  # outputs → φ (the paper) | → parameters → φ
+    ridge: float = Field(default=1e-4, gt=0)  # decode's penalty, relative to the shadow count
     hidden: int = Field(default=256, ge=1)
     epochs: int = Field(default=30, ge=1)
     lr: float = Field(default=3e-4, gt=0)
@@ -84,6 +94,24 @@ def augmented_targets(x_pool, y_pool, x_minus, y_minus, k, kinds, shape, gen):
         ys.append(y)
         have += len(x)
     return torch.cat(xs)[:k], torch.cat(ys)[:k]
+
+
+def ridge_decode(a: torch.Tensor, b: torch.Tensor, w: torch.Tensor, lam: float) -> torch.Tensor:
+    """Rows of b mapped to parameters: ridge regression w ≈ a·M fitted on the shadows (a, w),
+    columns of a standardised, penalty lam·len(a); float64; primal or dual, whichever is smaller."""
+    a, b, w = a.double(), b.double(), w.double()
+    mu, sd = a.mean(0), a.std(0)
+    sd = torch.where(sd > 1e-12, sd, torch.ones_like(sd))
+    a, b = (a - mu) / sd, (b - mu) / sd
+    wm = w.mean(0)
+    wc = w - wm
+    k, p = a.shape
+    reg = lam * k
+    if p <= k:
+        m = torch.linalg.solve(a.T @ a + reg * torch.eye(p, dtype=a.dtype, device=a.device), a.T @ wc)
+        return wm + b @ m
+    alpha = torch.linalg.solve(a @ a.T + reg * torch.eye(k, dtype=a.dtype, device=a.device), wc)
+    return wm + (b @ a.T) @ alpha
 
 
 def format_outputs(z: torch.Tensor, task: str, output: str) -> torch.Tensor:
@@ -166,6 +194,9 @@ class Reconn(Attack):
             if oracle.affordable(need) < need:
                 raise AttackFailed(f"the budget cannot pay the {need} probe queries")
             f_rel = torch.stack([view.predict(probe).reshape(-1) for view in rel.views]).to(f_sh)
+            if params.decode == "ridge":
+                f_rel = ridge_decode(f_sh, f_rel, flat, params.ridge).to(flat)
+                f_sh = flat
         mu, sd = f_sh.mean(0), f_sh.std(0)
         sd = torch.where(sd > 1e-12, sd, torch.ones_like(sd))
         f_sh, f_rel = (f_sh - mu) / sd, (f_rel - mu) / sd
@@ -182,7 +213,9 @@ class Reconn(Attack):
             "x_hat": x_hat.cpu(), "outdir": ctx.outdir, "curves": {"reconn_loss": curve},
             "eta_spec": ctx.scenario.rero.eta if ctx.scenario else None},
             metrics=metrics, notes=rel.notes + [f"features: {feats}",
-                                                f"{done} shadows in {shadow_s:.1f} s"])
+                                                f"{done} shadows in {shadow_s:.1f} s"]
+                       + ([f"outputs decoded to parameters (ridge {params.ridge:g})"]
+                          if feats == "outputs" and params.decode == "ridge" else []))
         if done < params.shadows:
             art.outcome = "partial"
             art.reason = f"{done} of {params.shadows} shadows within max_seconds"
