@@ -65,7 +65,7 @@ class DataSpec(Strict):
     task: Literal["multiclass", "binary", "regression"] | None = None
     classes: list[int] | None = None
     labels: Literal["victim", "teacher"] = "teacher"
-    standardize: Literal["none", "standard", "minmax", "center"] = "standard"
+    standardize: Literal["none", "standard", "minmax", "center", "minmax_center"] = "standard"
 
     @model_validator(mode="after")
     def _paths(self) -> DataSpec:

@@ -22,6 +22,20 @@ def test_digits_splits_are_disjoint_and_normalised_on_train():
     assert ds.record["split"] == {"train": 500, "test": len(ds.x_test), "pool": 100, "seed": 3}
 
 
+def test_minmax_center_subtracts_the_training_mean_and_keeps_it_for_scorers():
+    raw = load_dataset(DataSpec(dataset="digits", n_train=50, standardize="none"), seed=1)
+    ds = load_dataset(DataSpec(dataset="digits", n_train=50, standardize="minmax_center"), seed=1)
+    np.testing.assert_allclose(ds.x_train.mean(axis=0), 0, atol=1e-12)
+    back = ds.x_train + ds.offset  # pixel space: the raw images scaled to [0, 1]
+    lo, hi = raw.x_train.min(), raw.x_train.max()
+    np.testing.assert_allclose(back, (raw.x_train - lo) / (hi - lo), atol=1e-12)
+    np.testing.assert_allclose(ds.x_test + ds.offset, (raw.x_test - lo) / (hi - lo), atol=1e-12)
+    assert ds.record["normalisation"] == {"kind": "minmax_center", "min": lo, "max": hi,
+                                          "centered": True}
+    assert load_dataset(DataSpec(dataset="digits", n_train=50, standardize="minmax"), seed=1
+                        ).offset is None
+
+
 def test_binary_subset_and_regression_targets():
     ds = load_dataset(DataSpec(dataset="digits", classes=[3, 8], n_train=200), seed=0)
     assert ds.task == "binary" and set(np.unique(ds.y_train)) == {0, 1}

@@ -61,6 +61,45 @@ def test_untargeted_scorer_against_truth(tmp_path):
     assert score_untargeted(bad, v.truth, None)["reconstructed"] == 0
 
 
+def test_control_exposes_best_of_many_matching_that_carries_no_information():
+    """Candidates drawn from the attacker's own pool know nothing of the training set: averaged
+    by App. B.3's vote they still 'beat' the nearest non-member for some training points, and
+    the held-out control shows the same rate, so the verdict is not high."""
+    from harness.attacks.reconstruction.kkt import KKT
+
+    v = build_victim(_binary_whitebox())
+    pool = torch.as_tensor(v.truth.data.x_pool)
+    cands = pool + 1e-3 * torch.randn(pool.shape, generator=torch.Generator().manual_seed(0),
+                                      dtype=torch.float64)
+    voted = score_untargeted(Artifact("reconstruction", data={"candidates": cands, "vote": 0.9}),
+                             v.truth, None)
+    assert voted["reconstructed"] >= 1 and voted["control_reconstructed"] >= 1
+    assert voted["control_targets"] == 20
+    risk, why = KKT().judge(voted, None)
+    if voted["reconstructed"] <= voted["control_reconstructed"]:
+        assert risk == "medium" and "held-out" in why
+    single = score_untargeted(Artifact("reconstruction", data={"candidates": pool}), v.truth, None)
+    assert single["reconstructed"] == 0 and single["control_reconstructed"] == 0
+
+
+def test_centred_victim_is_scored_in_pixel_space():
+    s = scenario_from_dict(make_scenario(
+        victim={"model": {"arch": "mlp", "hidden": [8, 8], "bias": [True, False, False]},
+                "data": {"dataset": "digits", "n_train": 20, "attacker_pool": 100,
+                         "task": "binary", "standardize": "minmax_center"},
+                "training": {"optimizer": "sgd", "lr": 0.5, "steps": 50, "batch_size": None,
+                             "dtype": "float64"}},
+        interface={"kind": "whitebox", "output": "logits"}))
+    v = build_victim(s)
+    xtr = torch.as_tensor(v.truth.data.x_train)
+    m = score_untargeted(Artifact("reconstruction", data={"candidates": xtr}), v.truth, None)
+    assert m["reconstructed"] == 20 and m["ssim_mean"] > 0.999
+    # the same points without the mean added back would be a different image set: a shifted
+    # copy (each candidate + a constant) must still match exactly after App. B.3's per-image scaling
+    m2 = score_untargeted(Artifact("reconstruction", data={"candidates": xtr + 0.5}), v.truth, None)
+    assert m2["reconstructed"] == 20
+
+
 def test_kkt_runs_and_reports(tmp_path):
     s = _binary_whitebox(attacks=[{"name": "kkt", "params": {"steps": 30, "restarts": 2}}])
     rep = run_scenario(s, out=tmp_path)

@@ -36,6 +36,9 @@ class Dataset:
     input_shape: tuple[int, ...]
     n_classes: int  # 0 for regression
     record: dict[str, Any] = field(default_factory=dict)
+    # per-feature mean subtracted by `center` / `minmax_center`: scorers add it back to compare
+    # and show images in pixel space
+    offset: np.ndarray | None = None
 
     @property
     def dim(self) -> int:
@@ -229,6 +232,7 @@ def load_dataset(spec: Any, seed: int) -> Dataset:
     x_tr, y_tr, x_te, y_te, x_pl, y_pl = parts
 
     x_tr, x_te, x_pl, norm = _normalise(x_tr, x_te, x_pl, spec.standardize)
+    offset = norm.pop("_offset", None)
     if task == "regression":
         mu, sd = float(y_tr.mean()), float(y_tr.std() or 1.0)
         y_tr, y_te, y_pl = ((v - mu) / sd for v in (y_tr, y_te, y_pl))
@@ -239,18 +243,23 @@ def load_dataset(spec: Any, seed: int) -> Dataset:
         normalisation=norm, task=task,
     )
     return Dataset(name, task, x_tr, y_tr, x_te, y_te, x_pl, y_pl, tuple(shape), n_classes,
-                   record)
+                   record, offset)
 
 
 def _normalise(x_tr, x_te, x_pl, how: str):
     """Fit the normalisation on the training split only; returns arrays and its record."""
     if how == "none":
         return x_tr, x_te, x_pl, {"kind": "none"}
-    if how == "minmax":
+    if how in ("minmax", "minmax_center"):
         lo, hi = x_tr.min(), x_tr.max()
         scale = (hi - lo) or 1.0
         f = lambda a: (a - lo) / scale  # noqa: E731
-        return f(x_tr), f(x_te), f(x_pl), {"kind": "minmax", "min": float(lo), "max": float(hi)}
+        rec = {"kind": how, "min": float(lo), "max": float(hi)}
+        x_tr, x_te, x_pl = f(x_tr), f(x_te), f(x_pl)
+        if how == "minmax":
+            return x_tr, x_te, x_pl, rec
+        mu = x_tr.mean(axis=0)  # then the training mean subtracted (paper 002's preprocessing)
+        return x_tr - mu, x_te - mu, x_pl - mu, {**rec, "centered": True, "_offset": mu}
     mu = x_tr.mean(axis=0)
     if how == "center":
         sd = np.ones_like(mu)
@@ -258,5 +267,7 @@ def _normalise(x_tr, x_te, x_pl, how: str):
         sd = x_tr.std(axis=0)
         sd[sd < 1e-8] = 1.0
     f = lambda a: (a - mu) / sd  # noqa: E731
-    rec = {"kind": how, "per_feature": True}
+    rec: dict[str, Any] = {"kind": how, "per_feature": True}
+    if how == "center":
+        rec["_offset"] = mu
     return f(x_tr), f(x_te), f(x_pl), rec

@@ -18,7 +18,10 @@ picked with the truth as in kkt's matching or Thm. 8's two candidates).
 Images: SSIM with a 3×3 Gaussian window (σ = 1.5, valid region, data range 1)
 on images min-max scaled to [0, 1]; NCC = Pearson correlation of the flattened inputs.
 For untargeted matching on images every point (candidate, training point, non-member) is first
-min-max scaled per image (App. B.3's scaling), so distances compare like with like.
+put back in pixel space (a subtracted data mean added back) and min-max scaled per image (App.
+B.3's scaling), so distances compare like with like. Best-of-many matching with the truth can
+beat the NN oracle by chance (and the App. B.3 vote, averaging several candidates, more so), so
+the untargeted scorer also runs the matching against held-out non-members: `control_reconstructed`.
 """
 
 from __future__ import annotations
@@ -230,14 +233,22 @@ def score_informed(art: Any, truth: Any, eta_spec: Any) -> dict[str, float]:
 
 
 def score_untargeted(art: Any, truth: Any, eta_spec: Any) -> dict[str, float]:
-    """Metrics of untargeted candidates (kkt) against every training point (App. B.3)."""
+    """Metrics of untargeted candidates (kkt) against every training point (App. B.3), and the
+    same matching against held-out non-members (`control_*`): its false-positive rate."""
     data = truth.data
     shape = tuple(data.input_shape)
-    canon = minmax_rows if is_image(shape) else (lambda t: t.double())
+    offset = None if data.offset is None else torch.as_tensor(data.offset).double().reshape(1, -1)
+
+    def canon(t: torch.Tensor) -> torch.Tensor:  # pixel space (mean added back), then App. B.3
+        t = t.double().reshape(len(t), -1)
+        t = t + offset if offset is not None else t
+        return minmax_rows(t) if is_image(shape) else t
+
     xtr = canon(torch.as_tensor(data.x_train))
-    nonmem = torch.cat([torch.as_tensor(data.x_pool), torch.as_tensor(data.x_test)])
-    nonmem = canon(nonmem.reshape(len(nonmem), -1))
-    vote = art.data.get("vote", 0.9)
+    nonmem = canon(torch.cat([torch.as_tensor(data.x_pool), torch.as_tensor(data.x_test)]))
+    n_pool = len(data.x_pool)
+    vote = art.data.get("vote")
+    by = "ncc" if is_image(shape) else "mse"
     base, base_idx = nn_baseline(xtr, nonmem)
     base_l2 = (base * xtr.shape[1]).sqrt()
     eta = _eta(eta_spec, base_l2)
@@ -247,9 +258,9 @@ def score_untargeted(art: Any, truth: Any, eta_spec: Any) -> dict[str, float]:
         c = art.data.get(key)
         if c is None or len(c) == 0:
             continue
-        c = canon(torch.as_tensor(c).detach().cpu().reshape(len(c), -1))
-        rec, best_ncc = match_candidates(c, xtr, vote, "ncc" if is_image(shape) else "mse")
-        rec = canon(rec)
+        c = canon(torch.as_tensor(c).detach().cpu())
+        rec, best_ncc = match_candidates(c, xtr, vote, by)
+        rec = minmax_rows(rec) if by == "ncc" else rec  # a voted mean, rescaled
         mse = ((rec - xtr) ** 2).mean(1)
         l2 = (rec - xtr).norm(dim=1)
         m = success_metrics(mse, base, l2, eta)
@@ -263,6 +274,7 @@ def score_untargeted(art: Any, truth: Any, eta_spec: Any) -> dict[str, float]:
         out.update({f"{prefix}{k}": v for k, v in m.items()})
         recs[prefix] = rec
         if not prefix:
+            out.update(_control(c, nonmem, n_pool, len(xtr), vote, by))
             ok = mse < base
             margins = _margins(truth, data)
             if margins is not None:
@@ -284,6 +296,26 @@ def score_untargeted(art: Any, truth: Any, eta_spec: Any) -> dict[str, float]:
             and out.get("ssim_mean", -out["mse_median"]) > out.get("weights_ssim_mean",
                                                                    -out["weights_mse_median"])))
     return out
+
+
+def _control(cands: torch.Tensor, nonmem: torch.Tensor, n_pool: int, n: int, vote: Any,
+             by: str) -> dict[str, float]:
+    """The matching run against up to n held-out test points (never training points), each
+    judged against its nearest other non-member: how often best-of-many candidates beat the
+    NN oracle by chance. A reconstruction count at or below this is not evidence."""
+    test = nonmem[n_pool:]
+    k = min(n, len(test) // 2)
+    if k == 0:
+        return {}
+    targets, rest = test[:k], torch.cat([nonmem[:n_pool], test[k:]])
+    base, _ = nn_baseline(targets, rest)
+    rec, _ = match_candidates(cands, targets, vote, by)
+    if by == "ncc":
+        rec = minmax_rows(rec)
+    hits = int((((rec - targets) ** 2).mean(1) < base).sum())
+    lo, hi = clopper_pearson(hits, k)
+    return {"control_targets": float(k), "control_reconstructed": float(hits),
+            "control_rate": hits / k, "control_ci_high": hi}
 
 
 def _margins(truth: Any, data: Any) -> torch.Tensor | None:

@@ -18,9 +18,20 @@ initialisation, so the same learning rates work whatever the victim's weight sca
 keep λ's learning rate fixed at 1e-4 and search x's; we do the same on μ). Candidates start at
 the attacker pool's mean plus σ_x noise (the authors subtract the data mean).
 
-The App. B.3 post-processing (scaling, NCC matching to training points, voting, SSIM) needs the
-training set, so it is scoring (harness/scoring/reconstruction.py), never part of the attack; the
-first-layer weight rows go to the scorer as the cheap baseline the attack must beat.
+The App. B.3 post-processing (scaling, NCC matching to training points, SSIM) needs the training
+set, so it is scoring (harness/scoring/reconstruction.py), never part of the attack; the
+first-layer weight rows go to the scorer as the cheap baseline the attack must beat. We match
+each training point to its single best candidate, without App. B.3's vote: averaging the
+candidates near a point beat the nearest non-member on held-out non-members too (measured), so
+it is not evidence; the scorer reports that control (`control_reconstructed`).
+
+What makes it work on 8×8 digits (scenarios/reconstruction-kkt-digits.yaml): the victim trained on
+mean-subtracted inputs (`standardize: minmax_center`, as the authors do). Uncentred [0, 1] pixels
+give every first-layer neuron nearly the same activation pattern, so W₁ collapses to rank 2–4 and
+W₁ = Σ cᵢ xᵢᵀ pins only that many combinations of the n points: no attack can identify them.
+Candidates then start near the mean with the authors' small spread (σ_x ~ 0.01–0.1) and larger
+steps; started at the true points the same loss keeps them (20/20), from random starts only a
+few are found (README).
 """
 
 from __future__ import annotations
@@ -40,8 +51,9 @@ class KKTParams(Params):
     restarts: int = 8  # vectorised random-search draws
     steps: int = 400  # SGD steps per restart
     lr: tuple[float, float] = (0.005, 0.05)  # log-uniform on the ‖θ‖²-normalised loss (App. B: [1e-5, 1])
-    # log-uniform, in units of the input half-range (App. B: [1e-6, 1]); below ~0.1 every candidate
-    # starts at the same point, gets the same gradient, and the residual stays at 1 (measured)
+    # log-uniform, in units of the input half-range (App. B: [1e-6, 1]). On uncentred data the
+    # candidates need a wide start (a narrow one stayed at residual 1); on centred digits the
+    # authors' narrow start (0.01, 0.1) with lr (0.01, 0.2) found more points (the scenario's)
     sigma_x: tuple[float, float] = (0.3, 1.0)
     alpha: tuple[float, float] = (10.0, 500.0)  # uniform (App. B)
     lambda_min: tuple[float, float] = (0.01, 0.5)  # log-uniform (App. B: [1e-4, 1])
@@ -194,7 +206,7 @@ class KKT(Attack):
                    "restarts": float(r), "kkt_residual_best": float(final.nan_to_num(1e300).min()),
                    "seconds_per_step": (time.perf_counter() - t0) / max(done, 1)}
         art = Artifact("reconstruction", data={
-            "candidates": cands.cpu(), "baseline_candidates": rows.cpu(), "vote": 0.9,
+            "candidates": cands.cpu(), "baseline_candidates": rows.cpu(), "vote": None,
             "lambda": (scale[:, None] * mu).detach()[keep].reshape(-1)[finite].cpu(),
             "outdir": ctx.outdir, "eta_spec": ctx.scenario.rero.eta if ctx.scenario else None,
             "curves": {"kkt_residual": curve}}, metrics=metrics)
@@ -224,8 +236,14 @@ class KKT(Attack):
             return "medium", f"{int(m.get('candidates', 0))} candidate training points produced"
         k, n = int(m["reconstructed"]), int(m["targets"])
         wk = int(m.get("weights_reconstructed", 0))
+        ck = int(m.get("control_reconstructed", 0))
+        if 0 < k <= ck:
+            return "medium", (f"{k} of {n} training points matched closer than any non-member, but "
+                              f"the same matching also 'rebuilt' {ck} held-out non-members: "
+                              "not evidence of leakage")
         if k > 0:
             return "high", (f"{k} of {n} training points rebuilt from the released weights "
-                            f"(closer than any non-member; first-layer rows: {wk})")
+                            f"(closer than any non-member; first-layer rows: {wk}; the same "
+                            f"matching on held-out non-members: {ck})")
         return "low", (f"no training point rebuilt closer than its nearest non-member "
                        f"(SSIM {m.get('ssim_mean', float('nan')):.2f}; first-layer rows: {wk})")
