@@ -2,7 +2,8 @@
 
 1. Shadow-model training (reconn, paper 004 Sec. IV-B): one model at a time (Recipe.train) vs
    stacked parameters (victims/shadows.py), on the reconn digits recipe (64-10-10 ELU,
-   |D₋| = 500, 100 full-batch SGD-momentum steps).
+   |D₋| = 500, 100 full-batch SGD-momentum steps); and the DP-GD variant (σ = 0.3, C = 16): one
+   Opacus run per shadow vs stacked per-example gradients (vmap(vmap(grad))) vs ghost norms.
 2. GLM reconstruction of the missing row (informed adversary, paper 004 Thm. 1): our closed
    form vs IBM ART's DatabaseReconstruction (which refits the model inside L-BFGS with numeric
    gradients), on the same sklearn LogisticRegression (breast_cancer, first d features, n = 100).
@@ -23,7 +24,7 @@ import time
 import numpy as np
 import torch
 
-import harness  # noqa: F401  (pins threads)
+from harness.threads import pin_threads
 
 ART_CHILD = textwrap.dedent("""
     import json, sys, time, warnings
@@ -42,22 +43,51 @@ ART_CHILD = textwrap.dedent("""
 """)
 
 
-def shadow_table(n_loop: int, n_batch: int) -> None:
+def _per_shadow(fn, n: int) -> float:
+    fn(1)  # warm-up (first-call costs: imports, vmap tracing)
+    t = time.perf_counter()
+    fn(n)
+    return (time.perf_counter() - t) / n
+
+
+def shadow_table(n_loop: int, n_batch: int, n_vmap: int) -> None:
+    import warnings
+
     from bench_recipes import recipe_and_data
 
-    r, xm, ym, xe, ye = recipe_and_data()
-    t = time.perf_counter()
-    for k in range(n_loop):
-        r.train(torch.cat([xm, xe[k : k + 1]]), torch.cat([ym, ye[k : k + 1]]))
-    loop = (time.perf_counter() - t) / n_loop
-    t = time.perf_counter()
-    r.train_many(xm, ym, xe[:n_batch], ye[:n_batch])
-    batch = (time.perf_counter() - t) / n_batch
-    print("\nShadow training, 64-10-10 ELU, |D₋| = 500, 100 full-batch steps, device", r.device)
-    print(f"{'method':<28}{'models':>8}{'ms / shadow':>14}")
-    print(f"{'loop (Recipe.train)':<28}{n_loop:>8}{1e3 * loop:>14.2f}")
-    print(f"{'batched (torch.func vmap)':<28}{n_batch:>8}{1e3 * batch:>14.2f}")
-    print(f"speed-up of batching: {loop / batch:.2f}x")
+    from harness.scenario import DPSpec
+    from victims.shadows import train_many
+
+    warnings.simplefilter("ignore")  # Opacus' secure-RNG and hook warnings
+    print("\nShadow training, 64-10-10 ELU, |D₋| = 500, 100 full-batch steps")
+    print(f"{'recipe':<8}{'method':<36}{'models':>8}{'ms / shadow':>14}{'vs loop':>9}")
+    for dp in (None, {"noise_multiplier": 0.3, "max_grad_norm": 16.0}):
+        r, xm, ym, xe, ye = recipe_and_data()
+        r.dp = DPSpec(**dp) if dp else None
+        name = "DP-GD" if dp else "GD"
+
+        def loop(n, r=r, xm=xm, ym=ym, xe=xe, ye=ye):
+            for k in range(n):
+                r.train(torch.cat([xm, xe[k : k + 1]]), torch.cat([ym, ye[k : k + 1]]), seed=k)
+
+        rows = [("loop (Recipe.train" + (", Opacus)" if dp else ")"), n_loop, loop)]
+        if dp:
+            rows += [("batched, per-example grads (vmap)", n_vmap,
+                      lambda n, r=r, xm=xm, ym=ym, xe=xe, ye=ye: train_many(
+                          r, xm, ym, xe[:n], ye[:n], chunk=64, dp_method="vmap")),
+                     ("batched, ghost norms", n_batch,
+                      lambda n, r=r, xm=xm, ym=ym, xe=xe, ye=ye: train_many(
+                          r, xm, ym, xe[:n], ye[:n], chunk=64, dp_method="ghost"))]
+        else:
+            rows.append(("batched (torch.func vmap)", n_batch,
+                         lambda n, r=r, xm=xm, ym=ym, xe=xe, ye=ye: r.train_many(
+                             xm, ym, xe[:n], ye[:n])))
+        base = None
+        for label, n, fn in rows:
+            ms = 1e3 * _per_shadow(fn, n)
+            base = base or ms
+            print(f"{name:<8}{label:<36}{n:>8}{ms:>14.2f}{base / ms:>8.1f}x")
+    print(f"device {r.device}; reconn trains shadows in chunks of 64")
 
 
 def glm_table(dims: list[int], timeout: float) -> None:
@@ -104,6 +134,11 @@ if __name__ == "__main__":
     ap.add_argument("--dims", type=int, nargs="+", default=[2, 5, 10, 30])
     ap.add_argument("--loop", type=int, default=16)
     ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--vmap", type=int, default=16, help="DP shadows via per-example gradients")
+    ap.add_argument("--skip-glm", action="store_true")
     a = ap.parse_args()
-    shadow_table(a.loop, a.batch)
+    pin_threads()  # torch was imported before harness: pin its pool now (LEAKMETER_THREADS, 1)
+    shadow_table(a.loop, a.batch, a.vmap)
+    if a.skip_glm:
+        sys.exit(0)
     glm_table(a.dims, a.art_timeout)

@@ -1,6 +1,7 @@
 """Informed adversaries (paper 004): batched shadows equal the recipe, reconn beats the NN oracle,
 the membership game is won against a deterministic recipe, the truth stays with the scorer."""
 
+import pytest
 import torch
 from conftest import make_scenario
 
@@ -17,9 +18,8 @@ RECIPE = {"model": {"arch": "mlp", "hidden": [10], "activation": "elu"},
 
 
 def _scenario(attacks, **over):
-    return scenario_from_dict(make_scenario(victim=RECIPE, interface={"kind": "whitebox",
-                                                                       "output": "logits"},
-                                            attacks=attacks, **over))
+    over.setdefault("interface", {"kind": "whitebox", "output": "logits"})
+    return scenario_from_dict(make_scenario(victim=RECIPE, attacks=attacks, **over))
 
 
 def test_batched_shadows_equal_the_recipe():
@@ -99,15 +99,35 @@ def test_release_hides_targets_from_the_attacker():
     assert rel.aux_y is None  # target labels only on request (Thm. 8)
 
 
-def test_reconn_beats_nn_oracle(tmp_path):
+@pytest.mark.parametrize("kind", ["whitebox", "prediction"])
+def test_reconn_beats_nn_oracle(tmp_path, kind):
+    # prediction: logits on 200 D₋ probes, decoded to parameters by ridge (Sec. VI-C + decode)
     s = _scenario([{"name": "reconn", "params": {"targets": 8, "shadows": 400, "hidden": 300,
-                                                 "epochs": 40, "augment": ["reuse"]}}])
+                                                 "epochs": 40, "augment": ["reuse"],
+                                                 "decode": "ridge"}}],
+                  interface={"kind": kind, "output": "logits"})
     rep = run_scenario(s, out=tmp_path)
     m = rep["attacks"][0]["metrics"]
     assert rep["attacks"][0]["status"] == "ok"
     assert m["success_rate"] >= 0.5 and m["mse_median"] < m["nn_mse_median"]
     assert m["success_ci_low"] <= m["success_rate"] <= m["success_ci_high"]
+    assert m["queries"] == (8 * 200 if kind == "prediction" else 0)
     assert (tmp_path / "reconn" / "reconstructions.png").is_file()
+
+
+@pytest.mark.slow
+def test_reconn_stopped_by_dp_gd_at_no_utility_cost(tmp_path):
+    # Sec. VI-D: DP-GD with σ = 0.3 (ε ≈ 700) and a C that clipping never reaches
+    att = [{"name": "reconn", "params": {"targets": 8, "shadows": 400, "hidden": 300, "epochs": 40,
+                                         "augment": ["reuse"]}}]
+    plain = run_scenario(_scenario(att), out=tmp_path / "plain")
+    dp = run_scenario(_scenario(att, defenses={"dp_sgd": {"noise_multiplier": 0.3,
+                                                          "max_grad_norm": 16.0}}),
+                      out=tmp_path / "dp")
+    assert plain["attacks"][0]["metrics"]["success_rate"] >= 0.5
+    assert dp["attacks"][0]["metrics"]["success_rate"] <= 0.125
+    assert dp["privacy"]["epsilon"] > 100  # a very large ε already stops the attack
+    assert dp["victim"]["test_accuracy"] >= plain["victim"]["test_accuracy"] - 0.02
 
 
 def test_informed_mia_wins_against_deterministic_training(tmp_path):
