@@ -17,7 +17,12 @@ adversary knows), and the reconstructor then works on (decoded) parameters as in
 attack. On 8×8 digits (1,500 shadows, 200 held-out targets) the paper's representation
 (`decode: none`, outputs straight into φ) reached success 0.82–0.84, decoded outputs 0.87–0.885,
 the weights themselves 0.88: the logits of 200 probes carry about what the weights do, but φ
-learns the map from 1,500 examples far worse than least squares does.
+learns the map from 1,500 examples far worse than least squares does. Other probe sets and
+feature maps did not help (same 200 targets, decode: none): 200 pool points 0.80, 200 uniform
+random inputs 0.755, all 500 of D₋ 0.84, D₋ ∪ pool (1,000) 0.85, PCA-whitened features 0.475,
+one global scale instead of per-feature standardisation 0.41; the reconstructor's own seed moves
+success by ±0.02. Fitting each released model's parameters to its logits (Gauss–Newton) matches
+them to 1e-7 but recovers nothing beyond the ridge decode (0.865).
 When the pool is smaller than K, shadow targets are augmented (`augment`):
 D₋ points reused as shadow targets, ±1-pixel shifts (images), Gaussian noise, same-class mixup.
 Shadows are trained in batches with stacked parameters where the recipe allows
