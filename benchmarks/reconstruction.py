@@ -9,7 +9,7 @@
    gradients), on the same sklearn LogisticRegression (breast_cancer, first d features, n = 100).
    ART runs in a subprocess with a timeout (`pip install adversarial-robustness-toolbox==1.20.1`).
 
-    python benchmarks/reconstruction.py [--art-timeout 120] [--dims 2 5 10 30]
+    python benchmarks/reconstruction.py [--art-timeout 120] [--dims 2 5 10 30] [--skip-glm]
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ if __name__ == "__main__":
     ap.add_argument("--dims", type=int, nargs="+", default=[2, 5, 10, 30])
     ap.add_argument("--loop", type=int, default=16)
     ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--vmap", type=int, default=16, help="DP shadows via per-example gradients")
+    ap.add_argument("--vmap", type=int, default=64, help="DP shadows via per-example gradients")
     ap.add_argument("--skip-glm", action="store_true")
     a = ap.parse_args()
     pin_threads()  # torch was imported before harness: pin its pool now (LEAKMETER_THREADS, 1)
