@@ -76,8 +76,8 @@ def test_control_exposes_best_of_many_matching_that_carries_no_information():
     assert voted["reconstructed"] >= 1 and voted["control_reconstructed"] >= 1
     assert voted["control_targets"] == 20
     risk, why = KKT().judge(voted, None)
-    if voted["reconstructed"] <= voted["control_reconstructed"]:
-        assert risk == "medium" and "held-out" in why
+    no_evidence = voted["reconstructed"] <= voted["control_reconstructed"]
+    assert risk == ("medium" if no_evidence else "high") and "held-out" in why
     single = score_untargeted(Artifact("reconstruction", data={"candidates": pool}), v.truth, None)
     assert single["reconstructed"] == 0 and single["control_reconstructed"] == 0
 

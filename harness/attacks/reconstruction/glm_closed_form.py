@@ -89,9 +89,6 @@ class GLMClosedForm(Attack):
     summary = "informed adversary: exact target from a released GLM at its ERM optimum"
     Params = GLMParams
 
-    def skip_reason(self, info):
-        return super().skip_reason(info)
-
     def run(self, oracle, params: GLMParams, ctx) -> Artifact:
         kn = ctx.knowledge
         if kn is None or not kn.available:
