@@ -31,3 +31,42 @@ class AttackSkipped(Exception):
 
 class AttackFailed(Exception):
     """An attack could not produce a trustworthy result; the message says why."""
+
+
+# Why an attack stopped before the end of its procedure (CONTRACT: `stopped_by`). `budget` is the
+# defense under test working (status ok); every other reason makes the attack `incomplete`.
+STOP_REASONS = ("budget", "faults", "endpoint", "time", "precision", "assumption", "interrupt")
+
+
+class AttackStopped(Exception):
+    """An attack stopped early. `stopped_by` is one of STOP_REASONS; `artifact` is the best
+    artifact it had (None: the runner scores the last one the attack kept with `ctx.keep`)."""
+
+    stopped_by = "assumption"
+
+    def __init__(self, reason: str, *, stopped_by: str | None = None, artifact=None):
+        super().__init__(reason)
+        if stopped_by is not None:
+            self.stopped_by = stopped_by
+        if self.stopped_by not in STOP_REASONS:
+            raise ValueError(f"stopped_by {self.stopped_by!r} not in {STOP_REASONS}")
+        self.artifact = artifact
+
+
+class PrecisionLimit(AttackStopped):
+    """The answers' numerical precision makes the next step of the procedure impossible."""
+
+    stopped_by = "precision"
+
+
+class AssumptionViolated(AttackStopped):
+    """The deployment breaks an assumption the attack's procedure rests on (e.g. randomized
+    answers for an exact attack, or no ReLU kink where the procedure needs one)."""
+
+    stopped_by = "assumption"
+
+
+class TimeLimit(AttackStopped):
+    """The attack reached its own time limit."""
+
+    stopped_by = "time"

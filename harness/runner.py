@@ -23,7 +23,14 @@ from tqdm.auto import tqdm
 from defenses.output import OutputDefenses
 from harness.attacks import registry
 from harness.attacks.base import Artifact, Attack, RunContext
-from harness.errors import AttackFailed, AttackSkipped, BadInput, BudgetExhausted, InterfaceError
+from harness.errors import (
+    AttackFailed,
+    AttackSkipped,
+    AttackStopped,
+    BadInput,
+    BudgetExhausted,
+    InterfaceError,
+)
 from harness.oracle import OFFERS, Oracle
 from harness.scenario import Scenario, flatten
 from harness.scoring import score
@@ -151,6 +158,12 @@ def _run_and_score(atk: Attack, params: Any, view, ctx: RunContext, provider, vi
         entry["status"] = "ok"
     except AttackSkipped as exc:
         entry.update(status="skipped", reason=str(exc))
+    except AttackStopped as exc:
+        art = exc.artifact or ctx.best or Artifact("none", outcome="failed")
+        if art.outcome == "ok":
+            art.outcome = "partial"
+        art.stopped_by, art.reason = exc.stopped_by, str(exc)
+        entry["status"] = "ok"
     except (AttackFailed, BudgetExhausted, InterfaceError) as exc:
         art = Artifact("none", outcome="failed", reason=str(exc))
         entry["status"] = "ok"

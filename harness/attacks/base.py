@@ -63,6 +63,13 @@ class RunContext:
     # informed-adversary knowledge (paper 004 Def. 1): a lazy provider whose `release(T, C)`
     # returns D₋, the recipe and T released models; None for remote victims
     knowledge: Any = None
+    best: Artifact | None = None  # the best artifact so far (see `keep`)
+
+    def keep(self, artifact: Artifact) -> Artifact:
+        """Record the attack's best artifact so far: if the attack is stopped (budget, faults,
+        precision, interrupt...), the runner scores this one. Returns it."""
+        self.best = artifact
+        return artifact
 
 
 @dataclass
@@ -73,6 +80,8 @@ class Artifact:
     data: tensors/arrays/callables the scorer needs (e.g. {"basis": V}).
     metrics: what the attacker can measure without the truth (e.g. recovered_rank).
     outcome: ok | partial | failed — an honest failure is a result, not a crash.
+    stopped_by: None when the procedure ran to its end, else why it stopped (errors.STOP_REASONS).
+    progress: how far it got, in the attack's own words ("17 of 24 units").
     """
 
     kind: str
@@ -80,6 +89,8 @@ class Artifact:
     metrics: dict[str, float] = field(default_factory=dict)
     outcome: str = "ok"
     reason: str = ""
+    stopped_by: str | None = None
+    progress: str = ""
     notes: list[str] = field(default_factory=list)
     files: dict[str, Path] = field(default_factory=dict)
 
