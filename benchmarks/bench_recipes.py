@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from harness.attacker.informed import Recipe
 from harness.scenario import scenario_from_dict
-from victims.datasets import load_dataset
-from victims.informed import Recipe
+from victims.data.datasets import load_dataset
 
 
 def recipe_and_data():

@@ -1,4 +1,4 @@
-"""Extraction benchmark (issue 3), measured in one run and printed as tables:
+"""Extraction benchmark, measured in one run and printed as tables:
 
 1. gradient_exact and finite_difference_exact vs hidden width h (d = 64) and input dim d
    (h = 16): success rate (max_rel_error ≤ 1e-6), mean queries, mean wall time.

@@ -1,7 +1,7 @@
-"""Benchmarks for issue 5 (prints two tables; ratios are measured in the same run).
+"""Reconstruction benchmarks (prints two tables; ratios are measured in the same run).
 
 1. Shadow-model training (reconn, paper 004 Sec. IV-B): one model at a time (Recipe.train) vs
-   stacked parameters (victims/shadows.py), on the reconn digits recipe (64-10-10 ELU,
+   stacked parameters (harness/attacker/shadows.py), on the reconn digits recipe (64-10-10 ELU,
    |D₋| = 500, 100 full-batch SGD-momentum steps); and the DP-GD variant (σ = 0.3, C = 16): one
    Opacus run per shadow vs stacked per-example gradients (vmap(vmap(grad))) vs ghost norms.
 2. GLM reconstruction of the missing row (informed adversary, paper 004 Thm. 1): our closed
@@ -55,8 +55,8 @@ def shadow_table(n_loop: int, n_batch: int, n_vmap: int) -> None:
 
     from bench_recipes import recipe_and_data
 
+    from harness.attacker.shadows import train_many
     from harness.scenario import DPSpec
-    from victims.shadows import train_many
 
     warnings.simplefilter("ignore")  # Opacus' secure-RNG and hook warnings
     print("\nShadow training, 64-10-10 ELU, |D₋| = 500, 100 full-batch steps")

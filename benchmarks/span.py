@@ -27,7 +27,7 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 import harness  # noqa: E402,F401
 from harness.runner import run_scenario  # noqa: E402
 from harness.scenario import Scenario  # noqa: E402
-from victims.datasets import fashion_mnist_dir  # noqa: E402
+from victims.data.datasets import fashion_mnist_dir  # noqa: E402
 
 OUT = Path(tempfile.mkdtemp(prefix="leakmeter-bench-span-"))
 STEPS = (25, 50, 100, 200, 400)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from harness.errors import BudgetExhausted
+from defenses.errors import BudgetExhausted
 
 
 class Ledger:

@@ -1,28 +1,18 @@
-"""Error types that map to the CLI's exit codes."""
+"""Error types that map to the CLI's exit codes.
 
+The victim and defense layers define their own (victims/errors.py, defenses/errors.py); they are
+re-exported here so the harness catches every error by one name."""
 
-class BadInput(Exception):
-    """Bad input from the user (scenario, option, model file, endpoint): exit code 2."""
+from defenses.errors import BudgetExhausted
+from victims.errors import BadInput, InterfaceError
+
+__all__ = ["BadInput", "InterfaceError", "BudgetExhausted", "ScenarioError", "AttackSkipped",
+           "AttackFailed", "AttackStopped", "PrecisionLimit", "AssumptionViolated", "TimeLimit",
+           "STOP_REASONS"]
 
 
 class ScenarioError(BadInput):
     """A scenario file that does not validate; the message names the file and key path."""
-
-
-class InterfaceError(Exception):
-    """An attack asked the oracle for something the deployed interface does not offer."""
-
-
-class BudgetExhausted(Exception):
-    """The query budget would be exceeded by the requested batch; nothing was answered."""
-
-    def __init__(self, requested: int, remaining: int, budget: int):
-        super().__init__(
-            f"query budget exhausted: {requested} queries requested, {remaining} of {budget} left"
-        )
-        self.requested = requested
-        self.remaining = remaining
-        self.budget = budget
 
 
 class AttackSkipped(Exception):

@@ -7,6 +7,7 @@ partial report logged.
 
 from __future__ import annotations
 
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from pydantic import ValidationError
 from tqdm.auto import tqdm
 
 from defenses.output import OutputDefenses
+from harness.attacker.informed import InformedKnowledge, KnowledgeAccess
 from harness.attacks import registry
 from harness.attacks.base import Artifact, Attack, RunContext
 from harness.errors import (
@@ -32,12 +34,15 @@ from harness.errors import (
     InterfaceError,
 )
 from harness.oracle import OFFERS, Oracle
+from harness.rero.product import rero_section
 from harness.scenario import Scenario, flatten
 from harness.scoring import score
 from reports import render
+from reports.html import write_html
 from reports.tracking import Tracker
 from reports.verdict import verdict
-from victims.training import progress_disabled
+from victims.build import build_victim
+from victims.models.training import progress_disabled
 
 
 @dataclass
@@ -89,21 +94,10 @@ def _privacy(victim) -> dict[str, Any] | None:
     return rec.as_dict() if rec is not None else None
 
 
-def _rero(s: Scenario, victim, attacks: list[dict[str, Any]], outdir: Path) -> list[dict]:
-    """The ReRo section (issue 6); empty when the bounds module is not present."""
-    try:
-        from harness.rero.product import rero_section
-    except ImportError:
-        return []
-    return rero_section(s, victim, attacks, outdir)
-
-
 def _knowledge(s: Scenario, victim, oracle: Oracle, name: str, seed: int):
-    """The informed-adversary provider (victims/informed.py) for local victims, else None."""
+    """The informed-adversary provider (harness/attacker/informed.py) for local victims, else None."""
     if getattr(victim.truth, "data", None) is None:
         return None
-    from victims.informed import InformedKnowledge
-
     return InformedKnowledge(s, victim, oracle, name, seed)
 
 
@@ -111,8 +105,6 @@ def _access(provider):
     """The narrow handle an attack gets to an informed-knowledge provider (or None)."""
     if provider is None:
         return None
-    from victims.informed import KnowledgeAccess
-
     return KnowledgeAccess(provider)
 
 
@@ -227,8 +219,6 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
         raise BadInput(f"tracking.uri: cannot use MLflow store {tracking_uri or s.tracking.uri!r}: "
                        f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}") from None
     if victim is None:
-        from victims.build import build_victim
-
         victim = build_victim(s)  # BadInput propagates before any run exists
     if victim.info.interface not in OFFERS:
         raise BadInput(f"interface.kind: {victim.info.interface} is not supported")
@@ -262,12 +252,10 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
                          "scenario.yaml")
         for planned in plan:
             report["attacks"].append(run_attack(planned, oracle, victim, s, outdir, tracker, parent))
-        report["rero"] = _rero(s, victim, report["attacks"], outdir)
+        report["rero"] = rero_section(s, victim, report["attacks"], outdir)
         report["verdict"], report["risk"] = verdict(report["attacks"], s.policy.fail_on)
         violations = [r["message"] for r in report["rero"] if r.get("violation")]
         if violations:  # measured reconstruction above a DP bound: DP-SGD or its accounting is broken
-            import sys
-
             report["verdict"], report["risk"], report["rero_violations"] = "fail", "high", violations
             print(*(f"leakmeter: {m}" for m in violations), sep="\n", file=sys.stderr)
         report["queries_total"] = oracle.ledger.used
@@ -292,8 +280,6 @@ def _finish(report, s, tracker, parent, outdir, json_path, failed) -> None:
     try:
         render.write_json(report, outdir / "report.json")
         (outdir / "report.md").write_text(render.to_markdown(report))
-        from reports.html import write_html
-
         write_html(report, outdir / "report.html", s.public_dump())
         if json_path:
             render.write_json(report, json_path)

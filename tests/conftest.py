@@ -1,6 +1,7 @@
 """Shared fixtures: one thread per process, a throw-away MLflow store, scenario builders."""
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("LEAKMETER_THREADS", "1")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -28,6 +29,9 @@ def tracking_uri(tmp_path, _mlflow_template):
     dst = tmp_path / "mlflow.db"
     shutil.copy(_mlflow_template, dst)
     return f"sqlite:///{dst}"
+
+
+REPO = Path(__file__).resolve().parents[1]  # the repository root
 
 
 def make_scenario(**over):

@@ -1,4 +1,5 @@
-"""A local victim's API: predictions, input gradients, SmoothGrad and weights of a torch model.
+"""The local victim: built and trained in this process (`build_local_victim`), answering its API
+(`LocalBackend`: predictions, input gradients, SmoothGrad and weights of a torch model).
 
 This is the undefended answer; the oracle (and `leakmeter serve`) apply defenses on top.
 
@@ -10,10 +11,19 @@ gradient over `samples` points x + N(0, sigma² I) (paper 000, App. D).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
+
+from victims.data.datasets import Dataset, load_dataset
+from victims.errors import BadInput
+from victims.models.builders import count_parameters, first_layer_weight
+from victims.models.files import model_for
+from victims.models.training import TrainRecord, train
+from victims.victim import PublicInfo, Truth, Victim, resolve_device
 
 # inputs per forward/backward pass (SmoothGrad expands each input by `samples`)
 CHUNK = 8192
@@ -110,3 +120,109 @@ def format_output(z: torch.Tensor, task: str, kind: str) -> torch.Tensor:
     if kind == "label":
         return z.argmax(dim=1)
     return torch.softmax(z, dim=1)
+
+
+def _teacher_labels(spec: Any, data: Dataset, model: nn.Module, device, dtype) -> None:
+    """Label Gaussian inputs with `model` (in place)."""
+    with torch.no_grad():
+        for name in ("train", "test", "pool"):
+            x = torch.as_tensor(getattr(data, f"x_{name}"), dtype=dtype, device=device)
+            z = model(x).reshape(len(x), -1) if len(x) else torch.empty(0, 1)
+            if data.task == "regression":
+                y = z[:, 0].cpu().numpy().astype(np.float64)
+            elif data.task == "binary":
+                y = (z[:, 0] > 0).long().cpu().numpy()
+            else:
+                y = z.argmax(dim=1).cpu().numpy()
+            setattr(data, f"y_{name}", y)
+
+
+def build_local_victim(s: Any) -> Victim:
+    """Build (and train, unless pre-trained or random) the scenario's victim in this process."""
+    device = resolve_device(s.device)
+    dtype = torch.float64 if s.victim.training.dtype == "float64" else torch.float32
+    torch.manual_seed(s.seed)
+    np.random.seed(s.seed)
+    data = load_dataset(s.victim.data, s.seed)
+    if data.task == "regression" and s.interface.output == "label":
+        raise BadInput("interface.output: label is not defined for a regression victim")
+    model = model_for(s.victim.model, data.input_shape, data.n_outputs)
+    pretrained = s.victim.model.arch == "file"
+    if pretrained:  # a user's model keeps its own precision
+        dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), dtype)
+    model = model.to(device, dtype)
+    t0 = time.perf_counter()
+    record = TrainRecord(notes=["pre-trained model file: not retrained"]) if pretrained else None
+    if data.name == "gaussian":
+        if s.victim.data.labels == "teacher":
+            torch.manual_seed(s.seed + 1)
+            teacher = model_for(s.victim.model, data.input_shape, data.n_outputs).to(device, dtype)
+            _teacher_labels(s, data, teacher, device, dtype)
+        else:
+            _teacher_labels(s, data, model, device, dtype)
+            record = TrainRecord(notes=["random network: labels are its own predictions"])
+    if record is None:
+        torch.manual_seed(s.seed)
+        x_tr = torch.as_tensor(data.x_train, dtype=dtype, device=device)
+        y_tr = torch.as_tensor(data.y_train, device=device)
+        if data.task == "regression":
+            y_tr = y_tr.to(dtype)
+        if s.victim.training.epochs == 0 and s.victim.training.steps in (None, 0):
+            record = TrainRecord(notes=["epochs: 0, the victim is its random initialisation"])
+        else:
+            record = train(model, x_tr, y_tr, data.task, s.victim.training, s.defenses.dp_sgd,
+                           s.seed)
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    train_s = time.perf_counter() - t0
+
+    backend = LocalBackend(model, data.task, data.n_classes, s.interface, device, dtype)
+    utility = _utility(backend, data)
+    pool = torch.as_tensor(data.x_pool, dtype=dtype, device=device)
+    # the input range an attacker can know: from its own pool (the private split only if none)
+    public = data.x_pool if len(data.x_pool) else data.x_train
+    lo, hi = float(public.min()), float(public.max())
+    info = PublicInfo(
+        input_shape=tuple(data.input_shape), dim=data.dim, n_outputs=data.n_outputs,
+        n_classes=data.n_classes, task=data.task, interface=s.interface.kind,
+        output=s.interface.output, gradient_of=s.interface.gradient_of, x_pool=pool,
+        input_low=lo, input_high=hi, device=device, dtype=dtype,
+    )
+    truth = Truth(model, data, _first_layer(model, data, device, dtype), record)
+    rec = {
+        "data": data.record, "parameters": count_parameters(model), "train_seconds": train_s,
+        "train_steps": record.steps, "notes": record.notes, "device": str(device),
+        "dtype": str(dtype).removeprefix("torch."),
+    }
+    if record.grad_norm is not None:
+        rec["optimality_grad_norm"] = record.grad_norm
+    return Victim(backend, truth, info, utility, rec)
+
+
+def _first_layer(model: nn.Module, data: Dataset, device, dtype) -> torch.Tensor | None:
+    """The first layer as a linear map on flat inputs (k, d): Linear weight, or a conv probed
+    with the identity basis."""
+    w = first_layer_weight(model)
+    conv = next((m for m in model.modules() if isinstance(m, nn.Conv2d)), None)
+    if conv is None:
+        return w
+    eye = torch.eye(data.dim, device=device, dtype=dtype).reshape(data.dim, *model.shape)
+    with torch.no_grad():
+        out = conv(eye) - conv(torch.zeros_like(eye[:1]))
+    return out.reshape(data.dim, -1).T.contiguous()
+
+
+def _utility(backend: LocalBackend, data: Dataset) -> dict[str, float]:
+    """Test accuracy (classification) or R² (regression) of the deployed model."""
+    if len(data.x_test) == 0:
+        return {}
+    z = backend.logits(torch.as_tensor(data.x_test))
+    if data.task == "regression":
+        y = torch.as_tensor(data.y_test, dtype=z.dtype, device=z.device)
+        ss_res = float(((z[:, 0] - y) ** 2).sum())
+        ss_tot = float(((y - y.mean()) ** 2).sum()) or 1.0
+        return {"test_r2": 1 - ss_res / ss_tot}
+    pred = (z[:, 0] > 0).long() if data.task == "binary" else z.argmax(dim=1)
+    acc = float((pred.cpu().numpy() == data.y_test).mean())
+    return {"test_accuracy": acc}

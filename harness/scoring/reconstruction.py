@@ -1,4 +1,4 @@
-"""Scoring reconstructions against the real training points (issue 5).
+"""Scoring reconstructions against the real training points.
 
 Two settings share one artifact kind, "reconstruction":
 

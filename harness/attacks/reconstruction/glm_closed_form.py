@@ -3,7 +3,7 @@
 Informed adversary (Def. 1): it knows D₋, the recipe, and a released GLM θ = (W, b) trained to
 the ERM optimum on D₋ ∪ {z}. The stationarity condition of the training objective
     (1/n) Σ_i r_i [x_i; 1]ᵀ + wd·[W, 0] = 0,   r_i = g⁻¹(W x_i + b) − e(y_i)
-(mean loss, ½·wd·‖W‖² on the weights only: victims/training.py) gives, from the intercept
+(mean loss, ½·wd·‖W‖² on the weights only: victims/models/training.py) gives, from the intercept
 column, the target's residual r* = −Σ_{D₋} r_j, and from the weight columns the rank-one system
 r* xᵀ = −(Σ_{D₋} r_j x_jᵀ + n·wd·W): x = Mᵀr*/‖r*‖² (Thm. 1; for softmax r* is a K-vector, an
 extension of the paper's scalar case). The label follows from r*: y = g⁻¹(Wx+b) − r* (binary,

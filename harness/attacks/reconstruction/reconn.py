@@ -26,7 +26,7 @@ them to 1e-7 but recovers nothing beyond the ridge decode (0.865).
 When the pool is smaller than K, shadow targets are augmented (`augment`):
 D₋ points reused as shadow targets, ±1-pixel shifts (images), Gaussian noise, same-class mixup.
 Shadows are trained in batches with stacked parameters where the recipe allows
-(victims/shadows.py: full-batch SGD / DP-GD), else one by one; the time is bounded by
+(harness/attacker/shadows.py: full-batch SGD / DP-GD), else one by one; the time is bounded by
 `max_seconds` (fewer shadows, reported as partial).
 """
 

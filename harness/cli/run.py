@@ -1,0 +1,76 @@
+"""`leakmeter run`, `validate` and `attacks`: parse, call the runner, print, exit."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from harness.cli.common import SET, THREADS, guarded, print_attacks
+from harness.threads import pin_threads
+
+
+@click.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@SET
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the report JSON here.")
+@click.option("--out", type=click.Path(file_okay=False), help="Folder for report files and plots.")
+@click.option("--tracking-uri", help="MLflow tracking URI (default: sqlite:///mlflow.db here).")
+@click.option("--no-tracking", is_flag=True, help="Do not log to MLflow.")
+@THREADS
+@guarded
+def run(scenario, overrides, json_path, out, tracking_uri, no_tracking, threads) -> None:
+    """Run every attack the SCENARIO's deployment allows and print the verdict."""
+    pin_threads(threads)
+    from pathlib import Path
+
+    from harness.errors import BadInput
+    from harness.runner import run_scenario
+    from harness.scenario import load_scenario
+    from reports.verdict import exit_code
+
+    if json_path and not Path(json_path).resolve().parent.is_dir():
+        raise BadInput(f"--json: folder {Path(json_path).resolve().parent} does not exist")
+    s = load_scenario(scenario, list(overrides))
+    if no_tracking:
+        s.tracking.enabled = False
+    report = run_scenario(s, tracking_uri=tracking_uri, out=out, json_path=json_path,
+                          source=Path(scenario).read_text())
+    _print_summary(report)
+    sys.exit(exit_code(report))
+
+
+def _print_summary(report: dict) -> None:
+    print_attacks(report)
+    if report.get("error"):
+        click.echo(f"run crashed: {report['error']}", err=True)
+    click.echo(f"verdict: {report.get('verdict')} (risk {report.get('risk')}); "
+               f"report: {report.get('outdir')}/report.json; mlflow run: {report.get('mlflow_run_id')}")
+
+
+@click.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@SET
+@guarded
+def validate(scenario, overrides) -> None:
+    """Check a SCENARIO file (and its attack list) without running anything."""
+    from harness.runner import plan_attacks
+    from harness.scenario import load_scenario
+
+    s = load_scenario(scenario, list(overrides))
+    plan = plan_attacks(s)
+    click.echo(f"{scenario}: valid ({s.name}; interface {s.interface.kind}/{s.interface.output}; "
+               f"{len(plan)} attack(s) planned)")
+
+
+@click.command()
+def attacks() -> None:
+    """List the registered attacks: name, family, interfaces, paper section."""
+    from harness.attacks import registry
+
+    rows = [(c.name, c.family, ",".join(sorted(c.needs)), c.paper, c.summary)
+            for c in registry().values()]
+    w = [max(len(r[i]) for r in rows + [("name", "family", "needs", "paper", "")]) for i in range(4)]
+    click.echo(f"{'name':<{w[0]}}  {'family':<{w[1]}}  {'needs':<{w[2]}}  {'paper':<{w[3]}}  summary")
+    for r in rows:
+        click.echo(f"{r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:<{w[2]}}  {r[3]:<{w[3]}}  {r[4]}")

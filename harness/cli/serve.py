@@ -1,0 +1,73 @@
+"""`leakmeter serve`: the reference victim server (victims/http/server.py) for a scenario, or its
+export as an MLflow pyfunc model. numpy/torch are imported after the thread count is pinned."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from harness.cli.common import SET, THREADS, guarded
+from harness.threads import pin_threads
+
+
+@click.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@SET
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", type=click.IntRange(0, 65535), default=5001, show_default=True,
+              help="Port (0 = any free port; the one chosen is printed).")
+@click.option("--budget", type=click.IntRange(min=0), default=None,
+              help="Query budget per API key (default: the scenario's defenses.query_budget).")
+@click.option("--keys-env", metavar="VAR",
+              help="Accept only the comma-separated API keys held in this environment variable.")
+@click.option("--export-mlflow", type=click.Path(file_okay=False),
+              help="Save the victim as an MLflow pyfunc model in this folder and exit "
+                   "(then: mlflow models serve -m DIR --env-manager local).")
+@click.option("--log", "access_log", is_flag=True, help="Print one line per request (never keys).")
+@THREADS
+@guarded
+def serve(scenario, overrides, host, port, budget, keys_env, export_mlflow, access_log, threads):
+    """Serve the SCENARIO's victim over HTTP (MLflow scoring protocol), defenses server side."""
+    pin_threads(threads)
+    import os
+
+    from harness.errors import BadInput
+    from harness.scenario import load_scenario
+
+    s = load_scenario(scenario, list(overrides))
+    if export_mlflow:
+        from victims.http.pyfunc import export_pyfunc
+
+        path = export_pyfunc(s, export_mlflow)
+        click.echo(f"saved MLflow pyfunc model: {path}\n"
+                   f"serve it with: mlflow models serve -m {path} --env-manager local -p 5001")
+        return
+    keys = None
+    if keys_env:
+        raw = os.environ.get(keys_env, "")
+        keys = {k.strip() for k in raw.split(",") if k.strip()}
+        if not keys:
+            raise BadInput(f"--keys-env: the environment variable {keys_env} holds no API keys")
+    from victims.http.served import build_served
+    from victims.http.server import VictimServer
+
+    served, _ = build_served(s)
+    per_key = budget if budget is not None else s.defenses.query_budget
+    log = (lambda line: click.echo(line, err=True)) if access_log else None
+    try:
+        server = VictimServer(served, host, port, budget=per_key, keys=keys, log=log)
+    except OSError as exc:
+        raise BadInput(f"--port: cannot listen on {host}:{port} ({exc.strerror})") from None
+    defenses = ", ".join(served.defenses.active()) or "none"
+    click.echo(f"serving {s.name} at http://{host}:{server.port}/invocations "
+               f"(interface {s.interface.kind}/{s.interface.output}; defenses: {defenses}; "
+               f"budget per key: {per_key if per_key is not None else 'unlimited'}; "
+               f"{'API keys required' if keys else 'no API keys'})", nl=True)
+    sys.stdout.flush()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()

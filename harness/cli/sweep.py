@@ -1,0 +1,115 @@
+"""`leakmeter sweep` and `leakmeter compare`: parse, call harness/sweep.py and
+harness/compare_runs.py, exit.
+
+Exit codes: sweep — 0 every cell ran and at least one passes the policy, 1 none passes, 2 bad
+input, 3 a cell crashed; compare — 0 a cell is recommended, 1 none passes, 2 bad input.
+numpy/torch/mlflow are imported inside the commands, after the thread count is pinned.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from harness.cli.common import THREADS, guarded
+from harness.compare_runs import gather_experiment, gather_sweep, run_compare
+from harness.errors import BadInput
+from harness.threads import pin_threads
+
+
+@click.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--grid", "grid", multiple=True, metavar="KEY=V1,V2,...",
+              help="A scenario key and its values, e.g. defenses.dp_sgd.epsilon=1,4,none "
+                   "(none = section off).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a key in every cell.")
+@click.option("--seeds", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Seeds per cell: the scenario's seed, seed+1, ...")
+@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Cells run in parallel (processes, or Ray CPUs).")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True)
+@click.option("--ray-address", default=None, help="Ray cluster address (default: start a local Ray).")
+@click.option("--out", type=click.Path(file_okay=False),
+              help="Folder for the cells' reports and the comparison.")
+@click.option("--tracking-uri",
+              help="MLflow tracking URI (default: the scenario's, or sqlite:///mlflow.db here).")
+@click.option("--fresh", is_flag=True, help="Start a new sweep run instead of resuming a matching one.")
+@click.option("--no-compare", is_flag=True, help="Do not compare the cells at the end.")
+@THREADS
+@guarded
+def sweep(scenario, grid, overrides, seeds, jobs, executor, ray_address, out, tracking_uri, fresh,
+          no_compare, threads) -> None:
+    """Run SCENARIO over a grid of defense settings; each cell a nested MLflow run; resumable."""
+    threads = pin_threads(threads)
+    from harness.scenario import apply_overrides, read_raw
+    from harness.sweep import plan_sweep, run_sweep
+
+    if not grid:
+        raise BadInput("--grid: give at least one KEY=V1,V2,... to sweep over")
+    raw = apply_overrides(read_raw(scenario), list(overrides))
+    plan = plan_sweep(raw, scenario, list(grid), seeds)
+    res = run_sweep(plan, scenario_path=scenario, tracking_uri=tracking_uri, out=out, jobs=jobs,
+                    threads=threads, executor=executor, ray_address=ray_address, fresh=fresh, echo=click.echo)
+    click.echo(f"sweep run: {res['sweep_run_id']} ({len(res['results'])} cells run, "
+               f"{res['skipped']} skipped)")
+    code = 3 if res["errors"] else 0
+    if not no_compare:
+        records, curves, _ = gather_sweep(res["tracking_uri"], res["sweep_run_id"])
+        cmp, files, _ = run_compare(res["tracking_uri"], records, curves, Path(res["out"]) / "compare",
+                                    res["sweep_run_id"])
+        click.echo(_terminal(cmp))
+        click.echo(f"comparison: {files[0]} (+ Markdown, plots); logged to MLflow run {res['sweep_run_id']}")
+        if code == 0 and cmp["recommended"] is None:
+            code = 1
+    sys.exit(code)
+
+
+def _terminal(cmp: dict) -> str:
+    from reports.compare import to_table
+
+    return to_table(cmp).rstrip("\n")
+
+
+@click.command()
+@click.argument("sweep_run_id", required=False)
+@click.option("--experiment", help="Compare the leakmeter runs of this MLflow experiment.")
+@click.option("--runs", "runs", multiple=True, metavar="RUN_ID", help="Only these runs (with --experiment).")
+@click.option("--tracking-uri", help="MLflow tracking URI (default: sqlite:///mlflow.db here).")
+@click.option("--out", type=click.Path(file_okay=False), help="Folder for compare.{json,md,txt} and plots.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Also write the comparison JSON here.")
+@click.option("--markdown", "md_path", type=click.Path(dir_okay=False), help="Also write the Markdown here.")
+@THREADS
+@guarded
+def compare(sweep_run_id, experiment, runs, tracking_uri, out, json_path, md_path, threads) -> None:
+    """Compare the cells of a sweep (or an experiment's runs): table, Pareto front, recommended setting."""
+    pin_threads(threads)
+    from reports.tracking import default_uri
+
+    if bool(sweep_run_id) == bool(experiment):
+        raise BadInput("give either SWEEP_RUN_ID or --experiment NAME")
+    if runs and not experiment:
+        raise BadInput("--runs: only with --experiment")
+    uri = tracking_uri or default_uri()
+    if sweep_run_id:
+        records, curves, _ = gather_sweep(uri, sweep_run_id)
+        exp_id, log_to, tag = None, sweep_run_id, ""
+    else:
+        records, curves, exp = gather_experiment(uri, experiment, list(runs))
+        exp_id, log_to, tag = exp.experiment_id, None, ",".join(r["run_id"] for r in records)
+    if not records:
+        raise BadInput(f"{sweep_run_id}: the sweep has no finished cell with a report yet")
+    outdir = Path(out) if out else Path("leakmeter-out") / f"compare-{sweep_run_id or experiment}"
+    cmp, files, run_id = run_compare(uri, records, curves, outdir, log_to, exp_id, tag)
+    from reports.compare import to_json, to_markdown
+
+    if json_path:
+        Path(json_path).write_text(to_json(cmp))
+    if md_path:
+        Path(md_path).write_text(to_markdown(cmp))
+    click.echo(_terminal(cmp))
+    click.echo(f"comparison: {files[0]} (+ Markdown, {len(files) - 3} plot(s)); "
+               f"logged to MLflow run {run_id}")
+    sys.exit(0 if cmp["recommended"] else 1)

@@ -1,0 +1,56 @@
+"""Black-box scoring (harness/scoring/blackbox.py) against a served victim whose truth the test
+knows: the true model agrees on every held-out probe, a wrong one does not; the true first-layer
+span holds fresh gradients, a wrong span does not; probes are charged to the budget."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from defenses.output import OutputDefenses
+from harness.attacks.base import Artifact
+from harness.oracle import Oracle
+from harness.scenario import scenario_from_dict
+from harness.scoring import score
+from victims.build import build_victim
+from victims.http.served import build_served
+from victims.http.server import VictimServer
+from victims.models.builders import build_model
+
+SCENARIO = {
+    "name": "bb", "seed": 0, "device": "cpu",
+    "victim": {"model": {"arch": "mlp", "hidden": [16]},
+               "data": {"dataset": "digits", "n_train": 300, "attacker_pool": 50},
+               "training": {"epochs": 5, "lr": 0.1, "dtype": "float64"}},
+    "interface": {"kind": "gradient", "output": "probabilities"},
+    "defenses": {"query_budget": 5000}, "tracking": {"enabled": False},
+}
+
+
+def test_blackbox_scores_match_the_known_truth():
+    s = scenario_from_dict(SCENARIO)
+    served, local = build_served(s)
+    server = VictimServer(served).start()
+    try:
+        remote = json.loads(json.dumps(SCENARIO))
+        remote["victim"]["endpoint"] = {"url": server.url}
+        victim = build_victim(scenario_from_dict(remote))
+        oracle = Oracle(victim.backend, victim.info, OutputDefenses(), 5000)
+        truth, info = victim.truth, victim.info
+        assert truth.model is None
+        wrong = build_model(s.victim.model, (64,), 10).double()
+        good = score(Artifact("model", data={"model": local.truth.model}), truth, info)
+        bad = score(Artifact("model", data={"model": wrong}), truth, info)
+        assert good["blackbox_agreement"] == 1.0 and bad["blackbox_agreement"] < 0.5
+        assert good["blackbox_probes"] == 256
+        span = score(Artifact("subspace", data={"basis": local.truth.first_layer}), truth, info)
+        rand = score(Artifact("subspace", data={"basis": torch.randn(16, 64, dtype=torch.float64)}),
+                     truth, info)
+        assert span["blackbox_span_rank"] == 16 and span["blackbox_heldout_angle_deg"] < 1e-4
+        assert span["blackbox_heldout_energy"] > 1 - 1e-9
+        assert rand["blackbox_heldout_angle_deg"] > 30 and rand["blackbox_heldout_energy"] < 0.6
+        # the start-up check (predict + explain) and every probe went through the ledger
+        assert oracle.ledger.used == 2 + 2 * 256 + 2 * 8 == victim.backend.stats.rows_sent
+    finally:
+        server.close()

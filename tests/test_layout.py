@@ -1,0 +1,133 @@
+"""The layout rules of docs/architecture.md, checked on the source: imports point one way
+(harness → victims → defenses; reports imports nothing of ours), no import cycle between modules,
+and no source file over 500 lines."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("harness", "victims", "defenses", "reports")
+# what each package may import of ours (besides itself)
+ALLOWED = {"harness": {"victims", "defenses", "reports"}, "victims": {"defenses"},
+           "defenses": set(), "reports": set()}
+MAX_LINES = 500
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for p in sorted((ROOT / pkg).rglob("*.py")):
+            parts = p.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            out[name] = p
+    return out
+
+
+def _imports(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
+    """Every module of ours that `path` imports, at any depth of the file (function bodies too)."""
+    is_pkg = path.name == "__init__.py"
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolve against this module's package
+                pkg = name.split(".") if is_pkg else name.split(".")[:-1]
+                pkg = pkg[: len(pkg) - node.level + 1]
+                base = ".".join(pkg + ([base] if base else []))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
+                       for a in node.names]
+        else:
+            continue
+        for t in targets:
+            while t and t not in modules:
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                found.add(t)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+    return {m: _imports(p, m, mods) for m, p in mods.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle_between_modules():
+    assert _cycles(_graph()) == []
+
+
+def test_imports_point_one_way():
+    bad = []
+    for mod, deps in _graph().items():
+        top = mod.split(".")[0]
+        for d in deps:
+            other = d.split(".")[0]
+            if other != top and other not in ALLOWED[top]:
+                bad.append(f"{mod} imports {d}")
+    assert bad == []
+
+
+def test_no_source_file_over_500_lines():
+    long = [f"{p.relative_to(ROOT)}: {n}" for p in _modules().values()
+            if (n := len(p.read_text().splitlines())) > MAX_LINES]
+    long += [f"{p.relative_to(ROOT)}: {n}" for folder in ("tests", "benchmarks")
+             for p in (ROOT / folder).rglob("*.py")
+             if (n := len(p.read_text().splitlines())) > MAX_LINES]
+    assert long == []
+
+
+@pytest.mark.parametrize("source, expected", [
+    ({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}, [["a", "b", "c"]]),
+    ({"a": {"b"}, "b": set()}, []),
+])
+def test_cycle_finder_finds_a_planted_cycle(source, expected):
+    assert _cycles(source) == expected
+
+
+def test_import_walker_sees_function_level_and_relative_imports(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("def f():\n    from victims.http import client\n    from . import sibling\n")
+    mods = {"harness.x.m": f, "victims.http.client": f, "harness.x.sibling": f}
+    assert _imports(f, "harness.x.m", mods) == {"victims.http.client", "harness.x.sibling"}

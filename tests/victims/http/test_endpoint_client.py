@@ -1,0 +1,287 @@
+"""The HTTP client (victims/http/client.py) against a real fault-injecting server on 127.0.0.1.
+
+The server answers a known linear-softmax model, so every recovered answer is checked exactly;
+it counts the rows it receives, so the budget is checked on the server's side too.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+import torch
+
+from defenses.output import OutputDefenses
+from harness.errors import BadInput, BudgetExhausted
+from harness.oracle import Oracle
+from harness.runner import run_scenario
+from harness.scenario import scenario_from_dict
+from victims.build import build_victim
+from victims.http.client import EndpointError, EndpointQuotaExhausted
+
+D, C = 5, 3
+W = np.random.default_rng(0).standard_normal((D, C))
+TOKEN = "tok-Zq81-secret-do-not-print"
+
+
+def softmax_rows(x: np.ndarray) -> np.ndarray:
+    z = x @ W
+    z = z - z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+class FaultServer:
+    """A threaded HTTP server whose i-th request meets `schedule(i)`: ok, 500, html502, 429,
+    drop, sleep, badjson, nan, cols, rows, quota, echo401. `protocol="json"` speaks
+    {"instances": rows} → {"result": {"scores": ...}}."""
+
+    def __init__(self, schedule, protocol: str = "mlflow", sleep_s: float = 0.8,
+                 retry_after: str = "0"):
+        self.schedule = schedule
+        self.requests = 0
+        self.rows = 0
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
+
+            def log_message(self, *args):
+                pass
+
+            def _send(self, status, raw: bytes, ctype="application/json", extra=None):
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(raw)))
+                for k, v in (extra or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def do_POST(self):  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                rows = body["instances"] if protocol == "json" else body["inputs"]
+                with outer.lock:
+                    i = outer.requests
+                    outer.requests += 1
+                    outer.rows += len(rows)
+                fault = outer.schedule(i)
+                x = np.asarray(rows, dtype=np.float64)
+                p = softmax_rows(x)
+                if fault == "500":
+                    return self._send(500, b'{"error_code": "INTERNAL_ERROR"}')
+                if fault == "html502":
+                    return self._send(502, b"<html><body>502 Bad Gateway</body></html>", "text/html")
+                if fault == "html200":
+                    return self._send(200, b"<html><body>Please log in</body></html>", "text/html")
+                if fault == "429":
+                    return self._send(429, b'{"error_code": "RATE_LIMITED"}',
+                                      extra={"Retry-After": retry_after})
+                if fault == "quota":
+                    return self._send(429, b'{"error_code": "RESOURCE_EXHAUSTED", "message": "spent"}')
+                if fault == "echo401":
+                    echo = json.dumps({"message": f"bad key {self.headers.get('Authorization')}"})
+                    return self._send(401, echo.encode())
+                if fault == "drop":
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return None
+                if fault == "sleep":
+                    time.sleep(sleep_s)
+                if fault == "badjson":
+                    return self._send(200, b'{"predictions": [[0.1, 0.2')
+                if fault == "nan":
+                    p[0, 0] = np.nan
+                if fault == "cols":
+                    p = np.concatenate([p, p[:, :1]], axis=1)
+                if fault == "rows":
+                    p = p[1:]
+                out = {"result": {"scores": p.tolist()}} if protocol == "json" else {
+                    "predictions": p.tolist()}
+                return self._send(200, json.dumps(out).encode())
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/invocations"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=5)
+
+
+def remote(url: str, budget: int | None = None, **endpoint):
+    """(oracle view, victim) for a d=5, 3-class probability endpoint."""
+    ep = {"url": url, "input_dim": D, "n_outputs": C, "timeout_s": 0.5, "backoff_s": 0.001,
+          "retries": 4, "max_batch": 2}
+    ep.update(endpoint)
+    s = scenario_from_dict({"name": "t", "device": "cpu", "victim": {"endpoint": ep},
+                            "interface": {"kind": "prediction", "output": "probabilities"},
+                            "tracking": {"enabled": False}})
+    victim = build_victim(s)
+    oracle = Oracle(victim.backend, victim.info, OutputDefenses(), budget)
+    return oracle, victim
+
+
+def cycle_faults(every: int = 3):
+    kinds = itertools.cycle(["500", "429", "drop", "badjson", "html502"])
+
+    def schedule(i: int) -> str:
+        if i == 0:
+            return "ok"  # the start-up probe
+        if i % 211 == 0:
+            return "sleep"
+        return next(kinds) if i % every == 1 else "ok"
+
+    return schedule
+
+
+def test_transient_faults_over_1000_requests_recover_exactly_within_budget():
+    x = np.random.default_rng(1).standard_normal((1400, D))
+    with FaultServer(cycle_faults()) as srv:
+        oracle, victim = remote(srv.url, budget=3000)
+        got = oracle.view("t").predict(torch.as_tensor(x))
+        stats = victim.backend.stats
+        assert srv.requests >= 1000
+        np.testing.assert_array_equal(got.numpy(), softmax_rows(x))
+        # every row sent (first tries, retries, the probe) was charged before it was sent
+        assert oracle.ledger.used == stats.rows_sent == srv.rows <= 3000
+        assert stats.retries > 300
+        assert {"500", "429", "connection", "malformed", "502", "timeout"} <= set(stats.faults)
+
+
+def test_budget_is_never_exceeded_whatever_the_faults():
+    x = np.random.default_rng(2).standard_normal((1000, D))
+    budget = 1060  # the oracle charges the 1000 first tries up front; 59 rows are left for retries
+    with FaultServer(cycle_faults(every=2)) as srv:
+        oracle, victim = remote(srv.url, budget=budget)
+        with pytest.raises(BudgetExhausted):
+            oracle.view("t").predict(torch.as_tensor(x))
+        assert oracle.ledger.used <= budget
+        assert srv.rows == victim.backend.stats.rows_sent <= budget
+        assert 1 + 500 > srv.requests > 30  # it stopped at the budget, long before the end
+
+
+def test_retry_after_is_honoured():
+    waits: list[float] = []
+    with FaultServer(lambda i: "429" if i in (1, 2) else "ok", retry_after="0.3") as srv:
+        oracle, victim = remote(srv.url, max_batch=8, backoff_s=5.0)
+        victim.backend._sleep = waits.append
+        y = oracle.view("t").predict(torch.zeros(4, D, dtype=torch.float64))
+    assert waits == [0.3, 0.3]  # Retry-After, not the 5 s backoff
+    np.testing.assert_array_equal(y.numpy(), softmax_rows(np.zeros((4, D))))
+
+
+@pytest.mark.parametrize("fault, words", [
+    ("500", ["HTTP 500", "gave up after 3 attempts"]),
+    ("html200", ["HTML page", "gave up"]),
+    ("badjson", ["invalid JSON", "gave up"]),
+    ("drop", ["connection failed", "gave up"]),
+])
+def test_permanent_faults_end_with_a_clear_error_naming_the_endpoint(fault, words):
+    with FaultServer(lambda i: "ok" if i == 0 else fault) as srv:
+        oracle, victim = remote(srv.url, retries=2)
+        with pytest.raises(EndpointError) as err:
+            oracle.view("t").predict(torch.zeros(2, D, dtype=torch.float64))
+        msg = str(err.value)
+        assert srv.url in msg and all(w in msg for w in words), msg
+        assert srv.requests == 1 + 3 and oracle.ledger.used == 1 + 3 * 2
+
+
+@pytest.mark.parametrize("fault, words", [
+    ("nan", "NaN"), ("cols", "4 columns, expected 3"), ("rows", "sent 2 rows"),
+])
+def test_invalid_answers_mid_run_raise_without_retrying(fault, words):
+    with FaultServer(lambda i: "ok" if i == 0 else fault) as srv:
+        oracle, _ = remote(srv.url)
+        with pytest.raises(EndpointError, match=words):
+            oracle.view("t").predict(torch.zeros(2, D, dtype=torch.float64))
+        assert srv.requests == 2
+
+
+@pytest.mark.parametrize("fault, words", [
+    ("cols", "class count"), ("html200", "HTML page"), ("500", "HTTP 500"), ("quota", "budget"),
+])
+def test_unusable_endpoint_at_start_is_bad_input(fault, words):
+    with FaultServer(lambda i: fault) as srv:
+        with pytest.raises(BadInput, match=words) as err:
+            remote(srv.url, retries=1)
+        assert "victim.endpoint" in str(err.value) and srv.url in str(err.value)
+
+
+def test_unreachable_endpoint_is_bad_input():
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens there now
+    with pytest.raises(BadInput, match="connection failed"):
+        remote(f"http://127.0.0.1:{port}/invocations", retries=1)
+
+
+def test_endpoint_quota_429_ends_the_attack_honestly():
+    with FaultServer(lambda i: "quota" if i >= 3 else "ok") as srv:
+        oracle, _ = remote(srv.url)
+        view = oracle.view("t")
+        view.predict(torch.zeros(4, D, dtype=torch.float64))
+        with pytest.raises(EndpointQuotaExhausted, match="spent"):
+            view.predict(torch.zeros(4, D, dtype=torch.float64))
+        assert srv.requests == 4  # a spent quota is not retried
+
+
+def test_token_never_appears_in_errors_even_when_the_server_echoes_it(monkeypatch):
+    monkeypatch.setenv("LM_TEST_TOKEN", TOKEN)
+    with FaultServer(lambda i: "ok" if i == 0 else "echo401") as srv:
+        oracle, victim = remote(srv.url, auth_env="LM_TEST_TOKEN")
+        with pytest.raises(EndpointError) as err:
+            oracle.view("t").predict(torch.zeros(2, D, dtype=torch.float64))
+    text = str(err.value) + repr(err.value) + repr(victim.backend) + repr(victim.record)
+    assert "HTTP 401" in text and "bad key Bearer ***" in text
+    assert TOKEN not in text
+
+
+def test_missing_token_variable_is_bad_input(monkeypatch):
+    monkeypatch.delenv("LM_TEST_TOKEN", raising=False)
+    with pytest.raises(BadInput, match="LM_TEST_TOKEN is not set"):
+        remote("http://127.0.0.1:9/invocations", auth_env="LM_TEST_TOKEN")
+
+
+def test_json_protocol_with_template_and_response_path():
+    x = np.random.default_rng(3).standard_normal((10, D))
+    with FaultServer(lambda i: "ok", protocol="json") as srv:
+        oracle, victim = remote(srv.url, protocol="json", max_batch=4,
+                                request_template={"instances": "$inputs", "meta": {"v": 1}},
+                                response_path="result.scores")
+        y = oracle.view("t").predict(torch.as_tensor(x))
+        np.testing.assert_array_equal(y.numpy(), softmax_rows(x))
+        assert victim.backend.stats.requests == 1 + 3
+
+
+def test_mid_run_failure_marks_the_attack_error(tmp_path):
+    s = scenario_from_dict({
+        "name": "t", "device": "cpu",
+        "victim": {"endpoint": {"url": "http://127.0.0.1:1/x", "input_dim": D, "n_outputs": C,
+                                "retries": 1, "backoff_s": 0.001}},
+        "interface": {"kind": "prediction", "output": "probabilities"},
+        "attacks": [{"name": "span_nonadaptive"}], "tracking": {"enabled": False}})
+    with FaultServer(lambda i: "ok" if i < 2 else "nan") as srv:
+        s.victim.endpoint.url = srv.url
+        report = run_scenario(s, out=tmp_path / "o")
+    a = report["attacks"][0]
+    assert a["status"] == "error" and "NaN" in a["reason"] and srv.url in a["reason"]
+    assert report["victim"]["truth_available"] is False

@@ -1,0 +1,273 @@
+"""Datasets a victim is trained on: bundled scikit-learn sets, synthetic Gaussian inputs,
+user `.npz` arrays, and gzip IDX files (Fashion-MNIST or any IDX folder).
+
+Every loader returns a `Dataset` with four disjoint splits: train (the victim's private data),
+test (utility), pool (the attacker's public data, disjoint from train) and the record of how
+inputs were split and normalised.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from victims.errors import BadInput
+
+FASHION_DIRS = ("/usr/share/datasets/fashion-mnist", "/usr/share/fashion-mnist")
+
+
+@dataclass
+class Dataset:
+    """Arrays of one dataset, already split and normalised (float64 inputs)."""
+
+    name: str
+    task: str  # multiclass | binary | regression
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    x_pool: np.ndarray
+    y_pool: np.ndarray
+    input_shape: tuple[int, ...]
+    n_classes: int  # 0 for regression
+    record: dict[str, Any] = field(default_factory=dict)
+    # per-feature mean subtracted by `center` / `minmax_center`: scorers add it back to compare
+    # and show images in pixel space
+    offset: np.ndarray | None = None
+
+    @property
+    def dim(self) -> int:
+        return int(np.prod(self.input_shape))
+
+    @property
+    def n_outputs(self) -> int:
+        """Width of the model's raw output: classes for multiclass, 1 for binary/regression."""
+        return self.n_classes if self.task == "multiclass" else 1
+
+
+def _read_idx(path: Path) -> np.ndarray:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as fh:
+        raw = fh.read()
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
+        raise BadInput(f"{path}: not an IDX file (bad magic number)")
+    dtypes = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+    code, ndim = raw[2], raw[3]
+    if code not in dtypes:
+        raise BadInput(f"{path}: unknown IDX data type 0x{code:02x}")
+    shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
+    data = np.frombuffer(raw, dtype=dtypes[code], offset=4 + 4 * ndim)
+    if data.size != int(np.prod(shape)):
+        raise BadInput(f"{path}: IDX header says {shape} but holds {data.size} values")
+    return data.reshape(shape)
+
+
+def _find(folder: Path, stems: tuple[str, ...]) -> Path:
+    for stem in stems:
+        for suffix in ("", ".gz"):
+            for cand in folder.glob(f"{stem}*{suffix}"):
+                if cand.is_file():
+                    return cand
+    raise BadInput(f"{folder}: no IDX file matching {' or '.join(stems)}")
+
+
+def load_idx_folder(folder: str | Path) -> tuple[np.ndarray, ...]:
+    """Read train/test images and labels from a folder of IDX files (MNIST naming)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise BadInput(f"victim.data.path: {folder} is not a folder of IDX files")
+    xtr = _read_idx(_find(folder, ("train-images", "train_images")))
+    ytr = _read_idx(_find(folder, ("train-labels", "train_labels")))
+    xte = _read_idx(_find(folder, ("t10k-images", "test-images", "test_images")))
+    yte = _read_idx(_find(folder, ("t10k-labels", "test-labels", "test_labels")))
+    return xtr, ytr, xte, yte
+
+
+def fashion_mnist_dir() -> Path | None:
+    """The installed Fashion-MNIST folder (Debian's dataset-fashion-mnist), or None."""
+    env = os.environ.get("LEAKMETER_FASHION_MNIST")
+    for d in ((env,) if env else ()) + FASHION_DIRS:
+        p = Path(d)
+        if p.is_dir() and any(p.glob("*images*")):
+            return p
+    return None
+
+
+def _sklearn(name: str) -> tuple[np.ndarray, np.ndarray, tuple[int, ...], str]:
+    from sklearn import datasets as skd
+
+    if name == "digits":
+        b = skd.load_digits()
+        return b.data.astype(np.float64), b.target.astype(np.int64), (1, 8, 8), "multiclass"
+    if name == "breast_cancer":
+        b = skd.load_breast_cancer()
+        return b.data.astype(np.float64), b.target.astype(np.int64), (30,), "binary"
+    b = skd.load_diabetes()
+    return b.data.astype(np.float64), b.target.astype(np.float64), (10,), "regression"
+
+
+def _npz(path: str) -> tuple[np.ndarray, ...]:
+    p = Path(path)
+    if not p.is_file():
+        raise BadInput(f"victim.data.path: {p} not found")
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in z]
+            if missing:
+                raise BadInput(
+                    f"victim.data.path: {p} lacks arrays {missing}; "
+                    "needs x_train, y_train, x_test, y_test"
+                )
+            return tuple(np.asarray(z[k]) for k in ("x_train", "y_train", "x_test", "y_test"))
+    except (ValueError, OSError) as exc:
+        raise BadInput(f"victim.data.path: {p} is not a readable .npz ({exc})") from None
+
+
+def _split(n: int, sizes: list[int], rng: np.random.Generator) -> list[np.ndarray]:
+    perm = rng.permutation(n)
+    out, start = [], 0
+    for s in sizes:
+        out.append(perm[start : start + s])
+        start += s
+    return out
+
+
+def _infer_task(y: np.ndarray) -> str:
+    if np.issubdtype(y.dtype, np.floating) and not np.allclose(y, np.round(y)):
+        return "regression"
+    return "binary" if len(np.unique(y)) == 2 else "multiclass"
+
+
+def load_dataset(spec: Any, seed: int) -> Dataset:
+    """Load and split the dataset a `DataSpec` names; raises BadInput for unusable data."""
+    rng = np.random.default_rng(seed)
+    name = spec.dataset
+    record: dict[str, Any] = {"dataset": name}
+    if name == "gaussian":
+        d = int(spec.dim)
+        n_tr = spec.n_train or 1000
+        n_te = spec.n_test or 1000
+        x = rng.standard_normal((n_tr + n_te + spec.attacker_pool, d))
+        task = spec.task or "multiclass"
+        # labels are filled in by the builder (victim or teacher network)
+        y = np.zeros(len(x), dtype=np.float64 if task == "regression" else np.int64)
+        tr, te, pool = _split(len(x), [n_tr, n_te, spec.attacker_pool], rng)
+        record.update(split={"train": n_tr, "test": n_te, "pool": spec.attacker_pool},
+                      normalisation="none (N(0, I) inputs)", labels=spec.labels)
+        n_classes = 0 if task == "regression" else (2 if task == "binary" else 10)
+        return Dataset(name, task, x[tr], y[tr], x[te], y[te], x[pool], y[pool], (d,),
+                       n_classes, record)
+
+    if name in ("digits", "breast_cancer", "diabetes"):
+        x, y, shape, task = _sklearn(name)
+        x_te_fixed = y_te_fixed = None
+    elif name == "npz":
+        xtr, ytr, xte, yte = _npz(spec.path)
+        shape = tuple(xtr.shape[1:]) or (1,)
+        x = xtr.reshape(len(xtr), -1).astype(np.float64)
+        y = ytr
+        x_te_fixed, y_te_fixed = xte.reshape(len(xte), -1).astype(np.float64), yte
+        task = _infer_task(np.concatenate([ytr.ravel(), yte.ravel()]))
+    else:  # fashion_mnist | idx
+        folder = spec.path if name == "idx" else fashion_mnist_dir()
+        if folder is None:
+            raise BadInput(
+                "victim.data.dataset: fashion_mnist is not installed; "
+                "apt-get install dataset-fashion-mnist, or use dataset: idx with path"
+            )
+        xtr, ytr, xte, yte = load_idx_folder(folder)
+        shape = (1, *xtr.shape[1:]) if xtr.ndim == 3 else tuple(xtr.shape[1:])
+        x = xtr.reshape(len(xtr), -1).astype(np.float64) / 255.0
+        y = ytr.astype(np.int64)
+        x_te_fixed = xte.reshape(len(xte), -1).astype(np.float64) / 255.0
+        y_te_fixed = yte.astype(np.int64)
+        task = "multiclass"
+        record["source"] = str(folder)
+
+    task = spec.task or task
+    if task != "regression":
+        y = np.asarray(y).astype(np.int64)
+        if y_te_fixed is not None:
+            y_te_fixed = np.asarray(y_te_fixed).astype(np.int64)
+    if spec.classes is not None:
+        if task == "regression":
+            raise BadInput("victim.data.classes: only for classification tasks")
+        keep = np.isin(y, spec.classes)
+        x, y = x[keep], y[keep]
+        remap = {c: i for i, c in enumerate(spec.classes)}
+        y = np.vectorize(remap.get)(y).astype(np.int64)
+        if y_te_fixed is not None:
+            keep_te = np.isin(y_te_fixed, spec.classes)
+            x_te_fixed = x_te_fixed[keep_te]
+            y_te_fixed = np.vectorize(remap.get)(y_te_fixed[keep_te]).astype(np.int64)
+        record["classes"] = list(spec.classes)
+        if task == "multiclass" and len(spec.classes) == 2:
+            task = "binary"
+    if task == "binary" and len(np.unique(y)) > 2:
+        y = (y % 2).astype(np.int64)  # parity split, e.g. even vs odd digits
+        record["binary_labels"] = "label % 2"
+
+    n = len(x)
+    n_train = min(spec.n_train or n, n)
+    if x_te_fixed is None:
+        n_test = spec.n_test or max(1, min(n - n_train - spec.attacker_pool, n // 4))
+        n_pool = min(spec.attacker_pool, max(0, n - n_train - n_test))
+        if n_train + n_test + n_pool > n or n_test < 1:
+            raise BadInput(
+                f"victim.data.n_train: {n_train} leaves no test data ({name} has {n} records)"
+            )
+        tr, te, pool = _split(n, [n_train, n_test, n_pool], rng)
+        parts = (x[tr], y[tr], x[te], y[te], x[pool], y[pool])
+    else:
+        n_pool = min(spec.attacker_pool, n - n_train)
+        tr, pool = _split(n, [n_train, n_pool], rng)
+        n_test = min(spec.n_test or len(x_te_fixed), len(x_te_fixed))
+        te = rng.permutation(len(x_te_fixed))[:n_test]
+        parts = (x[tr], y[tr], x_te_fixed[te], y_te_fixed[te], x[pool], y[pool])
+    x_tr, y_tr, x_te, y_te, x_pl, y_pl = parts
+
+    x_tr, x_te, x_pl, norm = _normalise(x_tr, x_te, x_pl, spec.standardize)
+    offset = norm.pop("_offset", None)
+    if task == "regression":
+        mu, sd = float(y_tr.mean()), float(y_tr.std() or 1.0)
+        y_tr, y_te, y_pl = ((v - mu) / sd for v in (y_tr, y_te, y_pl))
+        norm["target"] = {"mean": mu, "std": sd}
+    n_classes = 0 if task == "regression" else int(max(y.max() + 1, 2))
+    record.update(
+        split={"train": len(x_tr), "test": len(x_te), "pool": len(x_pl), "seed": seed},
+        normalisation=norm, task=task,
+    )
+    return Dataset(name, task, x_tr, y_tr, x_te, y_te, x_pl, y_pl, tuple(shape), n_classes,
+                   record, offset)
+
+
+def _normalise(x_tr, x_te, x_pl, how: str):
+    """Fit the normalisation on the training split only; returns arrays and its record."""
+    if how == "none":
+        return x_tr, x_te, x_pl, {"kind": "none"}
+    if how in ("minmax", "minmax_center"):
+        lo, hi = x_tr.min(), x_tr.max()
+        scale = (hi - lo) or 1.0
+        f = lambda a: (a - lo) / scale  # noqa: E731
+        rec = {"kind": how, "min": float(lo), "max": float(hi)}
+        x_tr, x_te, x_pl = f(x_tr), f(x_te), f(x_pl)
+        if how == "minmax":
+            return x_tr, x_te, x_pl, rec
+        mu = x_tr.mean(axis=0)  # then the training mean subtracted (paper 002's preprocessing)
+        return x_tr - mu, x_te - mu, x_pl - mu, {**rec, "centered": True, "_offset": mu}
+    mu = x_tr.mean(axis=0)
+    if how == "center":
+        sd = np.ones_like(mu)
+    else:
+        sd = x_tr.std(axis=0)
+        sd[sd < 1e-8] = 1.0
+    f = lambda a: (a - mu) / sd  # noqa: E731
+    rec: dict[str, Any] = {"kind": how, "per_feature": True}
+    if how == "center":
+        rec["_offset"] = mu
+    return f(x_tr), f(x_te), f(x_pl), rec

@@ -1,0 +1,187 @@
+"""The victim behind an HTTP endpoint (`victim.endpoint` in a scenario): the start-up probe that
+checks the endpoint is usable, the public facts, and the truth available for scoring (the named
+model file when there is one, else only black-box probes of the endpoint itself)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+import torch
+
+from victims.errors import BadInput, InterfaceError
+from victims.http.client import (
+    EndpointError,
+    EndpointQuotaExhausted,
+    RemoteBackend,
+    display_url,
+    template_has,
+)
+from victims.local import build_local_victim
+from victims.victim import PublicInfo, Truth, Victim, resolve_device
+
+
+@dataclass
+class BlackBoxTruth(Truth):
+    """No model, no data: only the endpoint itself, which black-box scorers may probe
+    (harness/scoring/blackbox.py; every probe is charged to the run's budget)."""
+
+    endpoint: RemoteBackend | None = None
+    info: Any = None
+    seed: int = 0
+
+    def probe_predict(self, x: torch.Tensor) -> torch.Tensor:
+        """The endpoint's predictions for held-out probes, charged to the budget first."""
+        self.endpoint.billing_as = "blackbox_scoring"
+        try:
+            self.endpoint.bill(len(x))
+            return self.endpoint.predict(x, self.info.output)
+        finally:
+            self.endpoint.billing_as = None
+
+    def probe_explain(self, x: torch.Tensor) -> torch.Tensor:
+        self.endpoint.billing_as = "blackbox_scoring"
+        try:
+            self.endpoint.bill(len(x))
+            return self.endpoint.explain(x, self.info.interface, torch.Generator())
+        finally:
+            self.endpoint.billing_as = None
+
+
+def read_token(spec: Any) -> str | None:
+    """The auth token from the environment variable `auth_env` names (None without auth)."""
+    if not spec.auth_env:
+        return None
+    token = os.environ.get(spec.auth_env, "")
+    if not token.strip():
+        raise BadInput(f"victim.endpoint.auth_env: the environment variable {spec.auth_env} is not "
+                       "set or empty (it must hold the endpoint's token)")
+    return token.strip()
+
+
+def _public_shape(s: Any) -> dict[str, Any]:
+    """dim, task, classes, pool and input range from the scenario's dataset (when it names one)
+    and the endpoint spec; BadInput when they disagree or the dimension is unknown."""
+    ep = s.victim.endpoint
+    out: dict[str, Any] = {"pool": None, "low": None, "high": None, "shape": None, "data": None}
+    if "dataset" in s.victim.data.model_fields_set:
+        from victims.data.datasets import load_dataset
+
+        data = load_dataset(s.victim.data, s.seed)
+        out.update(dim=data.dim, task=data.task, n_classes=data.n_classes, n_outputs=data.n_outputs,
+                   pool=data.x_pool, shape=tuple(data.input_shape), data=data)
+        both = np.concatenate([data.x_train, data.x_pool]) if len(data.x_pool) else data.x_train
+        out["low"], out["high"] = float(both.min()), float(both.max())
+        if ep.input_dim is not None and ep.input_dim != data.dim:
+            raise BadInput(f"victim.endpoint.input_dim: {ep.input_dim} disagrees with the dataset's "
+                           f"dimension {data.dim}")
+        return out
+    if ep.input_dim is None:
+        raise BadInput("victim.endpoint.input_dim: required when victim.data names no dataset "
+                       "(the number of input features the endpoint takes)")
+    task = s.victim.data.task
+    out.update(dim=ep.input_dim, task=task, n_outputs=ep.n_outputs, n_classes=None,
+               shape=(ep.input_dim,))
+    return out
+
+
+def build_remote_victim(s: Any) -> Victim:
+    """A Victim answered by the scenario's endpoint. Truth is the named model file when there is
+    one (full scoring), else absent (black-box scoring). BadInput when the endpoint is unusable."""
+    ep = s.victim.endpoint
+    where = display_url(ep.url)
+    if urlsplit(ep.url).scheme not in ("http", "https") or not urlsplit(ep.url).hostname:
+        raise BadInput(f"victim.endpoint.url: {where!r} is not an http(s) URL")
+    if s.interface.kind == "whitebox":
+        raise BadInput("interface.kind: whitebox is a weight release; an endpoint offers prediction, "
+                       "gradient or smoothgrad")
+    if ep.protocol == "json" and s.interface.kind != "prediction" and not template_has(
+            ep.request_template, "$explain"):
+        raise BadInput(f"victim.endpoint.request_template: the {s.interface.kind} interface needs a "
+                       '"$explain" placeholder in the template')
+    device = resolve_device(s.device)
+    token = read_token(ep)
+    pub = _public_shape(s)
+    task = pub["task"]
+    n_out = pub["n_outputs"]
+    backend = RemoteBackend(ep, dim=pub["dim"], task=task or "multiclass",
+                            n_classes=pub["n_classes"] or 0, n_outputs=n_out or 0, token=token)
+    probe = _probe(backend, s, pub)
+    task, n_classes, n_out = probe["task"], probe["n_classes"], probe["n_outputs"]
+    backend.task, backend.n_classes, backend.n_outputs = task, n_classes, n_out
+    pool = pub["pool"] if pub["pool"] is not None else np.zeros((0, pub["dim"]))
+    info = PublicInfo(
+        input_shape=pub["shape"], dim=pub["dim"], n_outputs=n_out, n_classes=n_classes, task=task,
+        interface=s.interface.kind, output=s.interface.output, gradient_of=s.interface.gradient_of,
+        x_pool=torch.as_tensor(pool, dtype=torch.float64, device=device),
+        input_low=pub["low"] if pub["low"] is not None else -3.0,
+        input_high=pub["high"] if pub["high"] is not None else 3.0,
+        device=device, dtype=torch.float64,
+    )
+    record: dict[str, Any] = {
+        "endpoint": {"url": where, "protocol": ep.protocol, "max_batch": ep.max_batch,
+                     "verify_tls": ep.verify_tls, "auth": bool(token), "stats": backend.stats.__dict__},
+        "notes": [f"remote endpoint {where}: defenses are applied by the endpoint, not by leakmeter"],
+        "device": str(device), "dtype": "float64",
+    }
+    if not ep.verify_tls:
+        record["notes"].append("TLS verification is OFF for this endpoint")
+    utility: dict[str, float] = {}
+    truth: Any = Truth(None, None, None, None)
+    if s.victim.model.arch == "file":
+        truth, utility = _file_truth(s)
+        record["notes"].append("truth: the named model file (full scoring)")
+    else:
+        truth = BlackBoxTruth(None, None, None, None, endpoint=backend, info=info, seed=s.seed)
+        record["notes"].append("truth unavailable: black-box scoring only")
+    return Victim(backend, truth, info, utility, record)
+
+
+def _probe(backend: RemoteBackend, s: Any, pub: dict[str, Any]) -> dict[str, Any]:
+    """Ask the endpoint once (and once more for explanations) to check it is usable; returns
+    task, n_classes, n_outputs. BadInput (exit 2) naming the endpoint when it is not."""
+    d = pub["dim"]
+    x = torch.zeros(1, d, dtype=torch.float64)
+    if pub["pool"] is not None and len(pub["pool"]):
+        x = torch.as_tensor(pub["pool"][:1], dtype=torch.float64)
+    kind = s.interface.output
+    try:
+        raw = backend._ask(x, None)
+        backend.unbilled += 1
+        task, n_classes, n_out = pub["task"], pub["n_classes"], pub["n_outputs"]
+        cols = raw.reshape(1, -1).shape[1]
+        if n_classes is None:  # no dataset named: learn the class count from the answer
+            if kind == "label":
+                n_out = n_out or backend.spec.n_outputs
+                if not n_out:
+                    raise BadInput("victim.endpoint.n_outputs: required for a label-only endpoint "
+                                   "when victim.data names no dataset (the number of classes)")
+            else:
+                n_out = n_out or cols
+            if task is None:
+                task = "binary" if (n_out == 2 and kind == "probabilities") or (
+                    n_out == 1 and kind != "logits") else ("regression" if n_out == 1 else "multiclass")
+            n_classes = 0 if task == "regression" else (2 if task == "binary" else n_out)
+            if task == "binary":
+                n_out = 1
+        backend.task, backend.n_classes, backend.n_outputs = task, n_classes, n_out
+        backend._shape_predictions(raw, kind)
+        if s.interface.kind in ("gradient", "smoothgrad"):
+            backend.explain(x, s.interface.kind, torch.Generator())
+            backend.unbilled += 1
+    except EndpointQuotaExhausted as exc:
+        raise BadInput(f"victim.endpoint: {exc}") from None
+    except (EndpointError, InterfaceError) as exc:
+        raise BadInput(f"victim.endpoint: {backend.scrub(str(exc))}") from None
+    return {"task": task, "n_classes": n_classes, "n_outputs": n_out}
+
+
+def _file_truth(s: Any) -> tuple[Any, dict[str, float]]:
+    """The truth (and utility) of the named model file, built locally without retraining."""
+    local_s = s.model_copy(deep=True)
+    local_s.victim.endpoint = None
+    local = build_local_victim(local_s)
+    return local.truth, local.utility

@@ -1,0 +1,182 @@
+"""A victim as a served model: validated inputs in, defended answers out (numpy).
+
+`ServedModel` is what both `leakmeter serve` (victims/http/server.py) and the MLflow pyfunc
+(victims/http/pyfunc.py) answer with, so the two endpoints behave the same. Defenses are applied
+server side: top-k, output noise, rounding, explanation noise; `output: label` is label-only.
+
+Noise is keyed by the query: each row's noise is a hash of its bytes and a server secret (the
+scenario seed), so the same query always gets the same answer. Averaging repeated queries then
+removes nothing, and scans of an unchanged endpoint are reproducible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from victims.local import LocalBackend
+
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+MAX_ROWS = 100_000  # rows per request the server accepts
+
+
+class RequestError(Exception):
+    """A request the endpoint refuses: HTTP status, MLflow-style error code, message."""
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """splitmix64 finaliser on a uint64 array (wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def row_keys(x: np.ndarray, salt: int) -> np.ndarray:
+    """A 64-bit key per row of a float64 batch (N, d): a hash of its bytes and `salt`."""
+    bits = np.ascontiguousarray(x, dtype=np.float64).view(np.uint64)
+    with np.errstate(over="ignore"):
+        cols = _mix(np.arange(1, x.shape[1] + 1, dtype=np.uint64) * GOLDEN)
+        h = _mix(bits ^ cols[None, :]).sum(axis=1, dtype=np.uint64)
+        return _mix(h ^ _mix(np.array([salt], dtype=np.uint64) + GOLDEN))
+
+
+def keyed_normal(x: np.ndarray, cols: int, salt: int) -> np.ndarray:
+    """Standard normal noise (N, cols), a deterministic function of each row of x."""
+    k = row_keys(x, salt)
+    with np.errstate(over="ignore"):
+        idx = np.arange(1, 2 * cols + 1, dtype=np.uint64) * GOLDEN
+        u = _mix(k[:, None] ^ idx[None, :])
+    u = ((u >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53
+    u1, u2 = u[:, :cols], u[:, cols:]
+    return np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
+
+
+@dataclass
+class ServedDefenses:
+    """Server-side defenses of a served victim (plain numbers, from the scenario)."""
+
+    noise_sigma: float = 0.0
+    decimals: int | None = None
+    top_k: int | None = None
+    explain_sigma: float = 0.0
+
+    @classmethod
+    def from_spec(cls, d: Any) -> ServedDefenses:
+        return cls(
+            noise_sigma=d.output_noise.sigma if d.output_noise else 0.0,
+            decimals=d.rounding.decimals if d.rounding else None,
+            top_k=d.top_k,
+            explain_sigma=d.explanation_noise.sigma if d.explanation_noise else 0.0,
+        )
+
+    def active(self) -> list[str]:
+        out = [f"top_k({self.top_k})"] if self.top_k else []
+        out += [f"output_noise(sigma={self.noise_sigma})"] if self.noise_sigma else []
+        out += [f"rounding(decimals={self.decimals})"] if self.decimals is not None else []
+        out += [f"explanation_noise(sigma={self.explain_sigma})"] if self.explain_sigma else []
+        return out
+
+
+@dataclass
+class ServedModel:
+    """Answers `predict` and `explain` requests for one victim, defenses applied."""
+
+    backend: LocalBackend
+    meta: dict[str, Any]  # scenario, input_dim, n_outputs, n_classes, task, interface, output
+    defenses: ServedDefenses = field(default_factory=ServedDefenses)
+    salt: int = 0
+
+    @property
+    def explain_kinds(self) -> tuple[str, ...]:
+        kind = self.meta["interface"]
+        return ("gradient",) if kind == "gradient" else ("smoothgrad",) if kind == "smoothgrad" else ()
+
+    def parse_inputs(self, inputs: Any) -> np.ndarray:
+        """The request's inputs as a float64 (N, d) array; RequestError when malformed."""
+        d = self.meta["input_dim"]
+        try:
+            x = np.asarray(inputs, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise RequestError(400, "BAD_REQUEST", "inputs must be a list of numeric rows") from None
+        if x.ndim == 1 and x.size == d:
+            x = x[None, :]
+        if x.ndim != 2 or x.shape[1] != d:
+            raise RequestError(400, "BAD_REQUEST",
+                               f"inputs must have shape (n, {d}), got {list(x.shape)}")
+        if len(x) > MAX_ROWS:
+            raise RequestError(413, "BAD_REQUEST", f"at most {MAX_ROWS} rows per request")
+        if not np.isfinite(x).all():
+            raise RequestError(400, "BAD_REQUEST", "inputs must be finite numbers")
+        return x
+
+    def answer(self, inputs: Any, explain: str | None = None) -> np.ndarray:
+        """Defended predictions (labels (N,), probabilities/logits (N, K)) or explanations (N, d)."""
+        x = self.parse_inputs(inputs)
+        if explain in (None, "", "none"):
+            return self.predict(x)
+        if explain not in self.explain_kinds:
+            offered = ", ".join(self.explain_kinds) or "none (prediction only)"
+            raise RequestError(400, "INVALID_PARAMETER_VALUE",
+                               f"params.explain: {explain!r} is not offered; offered: {offered}")
+        return self.explain(x, explain)
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        kind = self.meta["output"]
+        xt = torch.as_tensor(x)
+        y = self.backend.predict(xt, kind).detach().cpu().numpy()
+        if kind == "label":
+            return y.astype(np.int64)
+        y = y.astype(np.float64).reshape(len(x), -1)
+        d = self.defenses
+        if d.top_k and kind == "probabilities" and y.shape[1] > d.top_k:
+            kth = -np.sort(-y, axis=1)[:, d.top_k - 1 : d.top_k]
+            y = np.where(y >= kth, y, 0.0)
+        if d.noise_sigma:
+            y = y + d.noise_sigma * keyed_normal(x, y.shape[1], self.salt)
+        if d.decimals is not None:
+            y = np.round(y, d.decimals)
+        return y
+
+    def explain(self, x: np.ndarray, kind: str) -> np.ndarray:
+        key = row_keys(x, self.salt + 1).sum(dtype=np.uint64) >> np.uint64(1)
+        gen = torch.Generator(device="cpu").manual_seed(int(key))
+        g = self.backend.explain(torch.as_tensor(x), kind, gen).detach().cpu().numpy().astype(np.float64)
+        if self.defenses.explain_sigma:
+            g = g + self.defenses.explain_sigma * keyed_normal(x, g.shape[1], self.salt + 2)
+        return g
+
+
+def served_from_victim(s: Any, victim: Any) -> ServedModel:
+    """A ServedModel for a locally built victim of scenario `s`."""
+    info = victim.info
+    meta = {
+        "scenario": s.name, "input_dim": info.dim, "n_outputs": info.n_outputs,
+        "n_classes": info.n_classes, "task": info.task, "interface": s.interface.kind,
+        "output": s.interface.output,
+    }
+    return ServedModel(victim.backend, meta, ServedDefenses.from_spec(s.defenses), salt=s.seed)
+
+
+def build_served(s: Any) -> tuple[ServedModel, Any]:
+    """Build the scenario's victim locally (ignoring `victim.endpoint`) and wrap it for serving;
+    returns (served, victim). BadInput for a white-box interface."""
+    from victims.errors import BadInput
+    from victims.local import build_local_victim
+
+    if s.interface.kind == "whitebox":
+        raise BadInput("interface.kind: whitebox is a weight release, not an API; serve offers "
+                       "prediction, gradient or smoothgrad")
+    local = s.model_copy(deep=True)
+    local.victim.endpoint = None
+    victim = build_local_victim(local)
+    return served_from_victim(s, victim), victim

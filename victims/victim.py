@@ -1,0 +1,62 @@
+"""What a deployed victim is, whoever serves it: the public facts an attacker may know
+(`PublicInfo`), the ground truth kept for scoring (`Truth`), and the `Victim` that pairs them with
+the backend answering its API."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from victims.data.datasets import Dataset
+from victims.errors import BadInput
+from victims.models.training import TrainRecord
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` → CUDA when present, else CPU; `cuda` without a GPU is bad input."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise BadInput("device: cuda requested but no CUDA device is available (use auto or cpu)")
+    return torch.device(name)
+
+
+@dataclass
+class PublicInfo:
+    """What any attacker of this deployment knows without querying."""
+
+    input_shape: tuple[int, ...]
+    dim: int
+    n_outputs: int
+    n_classes: int
+    task: str
+    interface: str
+    output: str
+    gradient_of: str
+    x_pool: torch.Tensor  # the attacker's own data from the same distribution (may be empty)
+    input_low: float
+    input_high: float
+    device: torch.device
+    dtype: torch.dtype
+
+
+@dataclass
+class Truth:
+    """The victim's ground truth: model and private data. Scorers only; never attacks."""
+
+    model: nn.Module | None
+    data: Dataset | None
+    first_layer: torch.Tensor | None
+    train_record: TrainRecord | None
+
+
+@dataclass
+class Victim:
+    backend: Any
+    truth: Truth
+    info: PublicInfo
+    utility: dict[str, float] = field(default_factory=dict)
+    record: dict[str, Any] = field(default_factory=dict)
