@@ -56,7 +56,7 @@ def shadow_table(n_loop: int, n_batch: int, n_vmap: int) -> None:
     from bench_recipes import recipe_and_data
 
     from harness.attacker.shadows import train_many
-    from harness.scenario import DPSpec
+    from harness.scenario.schema import DPSpec
 
     warnings.simplefilter("ignore")  # Opacus' secure-RNG and hook warnings
     print("\nShadow training, 64-10-10 ELU, |D₋| = 500, 100 full-batch steps")

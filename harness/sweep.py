@@ -103,14 +103,14 @@ def make_cells(grid: dict[str, list[Any]], seeds: list[int]) -> list[Cell]:
 
 def _section_model(path: list[str]):
     """The pydantic model of the section at `path` (None when it is not a section)."""
-    from harness.scenario import _unwrap_model
+    from harness.scenario.loading import unwrap_model
 
     model: Any = Scenario
     for part in path:
         fields = getattr(model, "model_fields", None)
         if not fields or part not in fields:
             return None
-        model = _unwrap_model(fields[part].annotation)
+        model = unwrap_model(fields[part].annotation)
         if model is None:
             return None
     return model

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from harness.errors import BadInput
-from harness.scenario import DataSpec
+from harness.scenario.schema import DataSpec
 from victims.data.datasets import fashion_mnist_dir, load_dataset, load_idx_folder
 
 

@@ -3,7 +3,8 @@
 import torch
 from conftest import make_scenario
 
-from harness.scenario import ModelSpec, scenario_from_dict
+from harness.scenario import scenario_from_dict
+from harness.scenario.schema import ModelSpec
 from victims.build import build_victim
 from victims.models.builders import build_model
 

@@ -1,22 +1,13 @@
-"""The scenario file: a typed, validated view of the YAML (see CONTRACT.md).
-
-`load_scenario(path, overrides)` returns a `Scenario` or raises `ScenarioError` with one line
-naming the file, the key path (``victim.model.hidden[1]``) and what is allowed.
-"""
+"""The scenario schema: one strict pydantic model per section of the YAML (docs/contract.md)."""
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import re
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-
-from harness.errors import ScenarioError
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Activation = Literal["relu", "tanh", "sigmoid", "softplus", "elu", "leaky_relu"]
 RiskLevel = Literal["low", "medium", "high"]
@@ -163,6 +154,8 @@ class AttackChoice(Strict):
 
 class PolicySpec(Strict):
     fail_on: Literal["low", "medium", "high", "never"] = "high"
+    # an inconclusive verdict (an attack could not finish, or none ran) still fails CI by default
+    on_inconclusive: Literal["fail", "pass"] = "fail"
 
 
 class TrackingSpec(Strict):
@@ -196,6 +189,13 @@ class Scenario(Strict):
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     rero: ReroSpec = Field(default_factory=ReroSpec)
 
+    @field_validator("attacks")
+    @classmethod
+    def _some_attacks(cls, v: Any) -> Any:
+        if isinstance(v, list) and not v:
+            raise ValueError("an empty list runs nothing; give `all` or at least one attack")
+        return v
+
     @field_validator("name")
     @classmethod
     def _slug(cls, v: str) -> str:
@@ -227,169 +227,3 @@ def redact_url(url: str) -> str:
     if parts.port:
         host = f"{host}:{parts.port}"
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
-
-
-# --------------------------------------------------------------------------- loading
-
-
-def _format_loc(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part in ("function-after", "function-before") or str(part).startswith(
-            ("literal[", "list[", "function-")
-        ):
-            continue
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "<top level>"
-
-
-def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """The pydantic model class that holds the key at `loc` (for listing allowed keys)."""
-    model: Any = Scenario
-    for part in loc[:-1]:
-        if isinstance(part, int) or not isinstance(part, str):
-            continue
-        fields = getattr(model, "model_fields", None)
-        if not fields or part not in fields:
-            continue
-        ann = fields[part].annotation
-        model = _unwrap_model(ann)
-        if model is None:
-            return None
-    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
-
-
-def _unwrap_model(ann: Any) -> Any:
-    if isinstance(ann, type) and issubclass(ann, BaseModel):
-        return ann
-    for arg in getattr(ann, "__args__", ()) or ():
-        found = _unwrap_model(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def _describe(err: dict[str, Any], source: str) -> str:
-    loc = tuple(p for p in err["loc"])
-    # drop pydantic's union-branch tags, keep real keys and indices
-    clean = tuple(p for p in loc if isinstance(p, int) or not str(p).startswith(("literal[",)))
-    path = _format_loc(clean)
-    value = err.get("input")
-    if err["type"] == "extra_forbidden":
-        parent = _model_at(clean)
-        allowed = ", ".join(parent.model_fields) if parent else "see CONTRACT.md"
-        return f"{source}: {path}: unknown key; allowed keys here: {allowed}"
-    if err["type"] == "missing":
-        return f"{source}: {path}: required key is missing"
-    msg = err["msg"].removeprefix("Value error, ")
-    shown = json.dumps(value) if isinstance(value, str | int | float | bool | None) else None
-    got = f" (got {shown})" if shown is not None else ""
-    return f"{source}: {path}: {msg}{got}"
-
-
-def _pick_error(errors: list[dict[str, Any]]) -> dict[str, Any]:
-    """Prefer the most specific error (longest path) that is not a union-branch mismatch."""
-    best = [e for e in errors if e["type"] != "literal_error" or len(e["loc"]) > 1]
-    pool = best or errors
-    for e in pool:
-        if e["type"] == "extra_forbidden":
-            return e
-    return max(pool, key=lambda e: len(e["loc"]))
-
-
-def parse_value(text: str) -> Any:
-    """Coerce a command-line value with YAML rules (numbers, booleans, null/none, lists)."""
-    if text.strip().lower() == "none":
-        return None
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-    if isinstance(value, str):  # YAML reads "1e3" as a string; users mean a number
-        try:
-            num = float(value)
-        except ValueError:
-            return value
-        return int(num) if num.is_integer() and "e" in value.lower() else num
-    return value
-
-
-def apply_overrides(data: dict[str, Any], overrides: list[str] | None) -> dict[str, Any]:
-    """Apply ``dotted.path=value`` overrides to raw scenario data; returns a new dict."""
-    data = copy.deepcopy(data)
-    for item in overrides or []:
-        if "=" not in item:
-            raise ScenarioError(f"--set {item}: expected dotted.path=value")
-        key, _, raw = item.partition("=")
-        parts = [p for p in key.strip().split(".") if p]
-        if not parts:
-            raise ScenarioError(f"--set {item}: empty key")
-        node = data
-        for p in parts[:-1]:
-            nxt = node.get(p) if isinstance(node, dict) else None
-            if not isinstance(nxt, dict):
-                nxt = {}
-                node[p] = nxt
-            node = nxt
-        node[parts[-1]] = parse_value(raw)
-    return data
-
-
-def scenario_from_dict(data: Any, source: str = "<scenario>") -> Scenario:
-    """Validate raw data into a Scenario; raises ScenarioError with one line."""
-    if not isinstance(data, dict):
-        raise ScenarioError(f"{source}: the file must hold a mapping of keys, got {type(data).__name__}")
-    try:
-        return Scenario.model_validate(data)
-    except ValidationError as exc:
-        raise ScenarioError(_describe(_pick_error(exc.errors()), source)) from None
-
-
-def read_raw(path: str | Path) -> dict[str, Any]:
-    """Read the YAML of a scenario file; raises ScenarioError when unreadable."""
-    p = Path(path)
-    if not p.is_file():
-        raise ScenarioError(f"{p}: scenario file not found")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise ScenarioError(f"{p}: not valid YAML{where}") from None
-    if data is None:
-        raise ScenarioError(f"{p}: the file is empty")
-    return data
-
-
-def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
-    """Load, override and validate a scenario file; paths inside it resolve from its folder."""
-    p = Path(path)
-    data = apply_overrides(read_raw(p), overrides)
-    scenario = scenario_from_dict(data, str(p))
-    _resolve_paths(scenario, p.parent)
-    return scenario
-
-
-def _resolve_paths(s: Scenario, base: Path) -> None:
-    m, d = s.victim.model, s.victim.data
-    if m.path and not Path(m.path).is_absolute():
-        m.path = str((base / m.path).resolve())
-    if d.path and not Path(d.path).is_absolute():
-        d.path = str((base / d.path).resolve())
-
-
-def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    """Flatten nested dicts/lists into dotted keys (for MLflow params)."""
-    out: dict[str, Any] = {}
-    if isinstance(data, dict):
-        for k, v in data.items():
-            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-    elif isinstance(data, list) and data and any(isinstance(v, dict | list) for v in data):
-        for i, v in enumerate(data):
-            out.update(flatten(v, f"{prefix}[{i}]"))
-    else:
-        out[prefix] = data
-    return out
