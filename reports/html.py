@@ -134,6 +134,12 @@ def verdict_sentence(report: dict[str, Any]) -> tuple[str, str]:
         text = (f"PASS — no attack reached the policy's failure level ({fail_on}); the worst risk found was "
                 f"{report.get('risk')}. {len(ran)} attack(s) ran.")
         cls = "pass"
+    elif v == "inconclusive":
+        text = ("INCONCLUSIVE — no risk was shown, but that is not evidence of safety: "
+                f"{report.get('verdict_reason', '')}.")
+        cls = "error"
+    elif v == "error":
+        text, cls = f"ERROR — {report.get('verdict_reason', 'the run did not finish')}.", "error"
     else:
         text, cls = "No verdict was reached.", "error"
     if errors:

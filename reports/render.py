@@ -38,14 +38,18 @@ def _fmt(v: Any) -> str:
 
 def to_markdown(report: dict[str, Any]) -> str:
     """A human-readable summary: verdict first, then victim, privacy, bounds and attacks."""
-    v = report.get("verdict", "?")
+    v = str(report.get("verdict") or "error")
     lines = [
         f"# leakmeter report: {report.get('scenario')}",
         "",
-        f"**Verdict: {v.upper()}** (worst risk: {report.get('risk')}; "
+        f"**Verdict: {v.upper()}** (worst scored risk: {report.get('risk') or 'none'}; "
         f"the policy fails at {report.get('policy', {}).get('fail_on', 'high')})",
         "",
     ]
+    if report.get("verdict_reason"):
+        lines += [str(report["verdict_reason"]), ""]
+    if report.get("interrupted"):
+        lines += [f"**Interrupted by {report['interrupted']}:** the results below are partial.", ""]
     if report.get("error"):
         lines += [f"**The run crashed:** {report['error']}", ""]
     vic = report.get("victim", {})
@@ -71,18 +75,19 @@ def to_markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {r.get('prior')} | {_fmt(r.get('eta'))} | {_fmt(r.get('kappa'))} | "
                          f"{_fmt(r.get('gamma'))} | {r.get('bound', '')} |")
     lines += ["", "## Attacks", "",
-              "| attack | family | status | risk | queries | wall s | why |",
-              "|---|---|---|---|---|---|---|"]
+              "| attack | family | status | stopped by | risk | queries | wall s | why |",
+              "|---|---|---|---|---|---|---|---|"]
     for a in report.get("attacks", []):
         lines.append(
-            f"| {a['name']} | {a.get('family', '')} | {a['status']} | {a.get('risk') or '-'} | "
-            f"{a.get('queries', 0)} | {_fmt(a.get('wall_s', 0.0))} | {a.get('reason', '')} |"
+            f"| {a['name']} | {a.get('family', '')} | {a['status']} | {a.get('stopped_by') or '-'} | "
+            f"{a.get('risk') or '-'} | {a.get('queries', 0)} | {_fmt(a.get('wall_s', 0.0))} | "
+            f"{a.get('reason', '')} |"
         )
     for a in report.get("attacks", []):
         if a.get("metrics"):
             lines += ["", f"### {a['name']}", ""]
-            if a.get("outcome") and a["outcome"] != "ok":
-                lines.append(f"Outcome: {a['outcome']}.")
+            if a.get("progress"):
+                lines.append(f"Progress: {a['progress']}.")
             lines += [f"- {k}: {_fmt(val)}" for k, val in sorted(a["metrics"].items())]
             lines += [f"- note: {n}" for n in a.get("notes", [])]
     return "\n".join(lines) + "\n"

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from harness.cli.common import SET, THREADS, guarded, print_attacks
+from harness.cli.common import SET, THREADS, guarded, print_summary
 from harness.threads import pin_threads
 
 
@@ -36,16 +36,8 @@ def run(scenario, overrides, json_path, out, tracking_uri, no_tracking, threads)
         s.tracking.enabled = False
     report = run_scenario(s, tracking_uri=tracking_uri, out=out, json_path=json_path,
                           source=Path(scenario).read_text())
-    _print_summary(report)
+    print_summary(report)
     sys.exit(exit_code(report))
-
-
-def _print_summary(report: dict) -> None:
-    print_attacks(report)
-    if report.get("error"):
-        click.echo(f"run crashed: {report['error']}", err=True)
-    click.echo(f"verdict: {report.get('verdict')} (risk {report.get('risk')}); "
-               f"report: {report.get('outdir')}/report.json; mlflow run: {report.get('mlflow_run_id')}")
 
 
 @click.command()

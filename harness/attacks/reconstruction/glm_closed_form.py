@@ -22,7 +22,7 @@ import torch
 
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
-from harness.errors import AttackFailed
+from harness.errors import AttackFailed, AttackSkipped
 
 
 class GLMParams(Params):
@@ -30,11 +30,12 @@ class GLMParams(Params):
 
 
 def glm_weights(state: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(W, b) of a one-layer model's state_dict; AttackFailed when it is not a GLM."""
+    """(W, b) of a one-layer model's state_dict; AttackSkipped when it is not a GLM (the closed
+    form does not apply: the attack declines rather than failing)."""
     mats = [v for v in state.values() if v.dim() == 2]
     vecs = [v for v in state.values() if v.dim() == 1]
     if len(mats) != 1 or len(vecs) > 1:
-        raise AttackFailed(f"the released model is not a GLM (it has {len(mats)} weight "
+        raise AttackSkipped(f"the released model is not a GLM (it has {len(mats)} weight "
                            "matrices); glm_closed_form needs arch: logistic or linear")
     return mats[0].double(), (vecs[0].double() if vecs else None)
 
