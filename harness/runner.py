@@ -92,7 +92,9 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
     torch.manual_seed(s.seed)
     plan = plan_attacks(s)
     tracker = open_tracker(s, tracking_uri)
-    victim = victim if victim is not None else build_victim(s)
+    if victim is None:
+        _stage(f"{s.name}: building the victim")
+        victim = build_victim(s)
     if victim.info.interface not in OFFERS:
         raise BadInput(f"interface.kind: {victim.info.interface} is not supported")
     oracle = Oracle(victim.backend, victim.info, OutputDefenses.from_spec(s.defenses),
@@ -108,10 +110,12 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
                                     "leakmeter.fingerprint": s.fingerprint(), **(extra_tags or {})})
     try:
         _log_scenario(tracker, parent, s, source)
-        for planned in plan:
+        for i, planned in enumerate(plan, 1):
+            _stage(f"{s.name}: attack {i}/{len(plan)}: {planned.attack.name}")
             entry = _new_entry(planned)
             report["attacks"].append(entry)  # kept even if an interrupt cuts the attack short
             run_attack(planned, oracle, victim, s, outdir, tracker, parent, entry)
+        _stage(f"{s.name}: ReRo bounds")
         report["rero"] = rero_section(s, victim, report["attacks"], outdir)
     except Interrupted as exc:
         stop = exc
@@ -130,6 +134,12 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
         stop.report = report
         raise stop
     return report
+
+
+def _stage(line: str) -> None:
+    """One line per stage where no progress bar shows (CI logs, cron): silence reads as a hang."""
+    if progress_disabled():
+        print(f"leakmeter: {line}", file=sys.stderr, flush=True)
 
 
 def _new_report(s: Scenario, victim, oracle: Oracle, started: datetime) -> dict[str, Any]:
