@@ -35,7 +35,7 @@ from harness.scenario import Scenario, flatten
 from harness.scoring import score
 from reports import render
 from reports.html import write_html
-from reports.tracking import Tracker, TrackingUnavailable
+from reports.tracking import Tracker, TrackingUnavailable, probe_server
 from reports.verdict import reaches, status_of, verdict
 from victims.build import build_victim
 from victims.models.training import progress_disabled
@@ -70,6 +70,13 @@ def plan_attacks(s: Scenario) -> list[Planned]:
     return out
 
 
+def _probe_tracking(uri: str | None) -> None:
+    try:
+        probe_server(uri or "")
+    except TrackingUnavailable as exc:
+        raise BadInput(f"tracking.uri: {uri}: {exc}") from None
+
+
 def open_tracker(s: Scenario, tracking_uri: str | None) -> Tracker:
     """The MLflow tracker for this run; BadInput (exit 2) when the store cannot be used."""
     uri = tracking_uri or s.tracking.uri
@@ -90,11 +97,13 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
     started = datetime.now(UTC)
     t0 = time.perf_counter()
     torch.manual_seed(s.seed)
+    if s.tracking.enabled:  # a silent tracking server is bad input, found before anything else
+        _probe_tracking(tracking_uri or s.tracking.uri)
     plan = plan_attacks(s)
     tracker = open_tracker(s, tracking_uri)
     if victim is None:
-        _stage(f"{s.name}: building the victim")
         victim = build_victim(s)
+        _stage(f"{s.name}: victim ready ({_utility_line(victim)})")
     if victim.info.interface not in OFFERS:
         raise BadInput(f"interface.kind: {victim.info.interface} is not supported")
     oracle = Oracle(victim.backend, victim.info, OutputDefenses.from_spec(s.defenses),
@@ -134,6 +143,11 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
         stop.report = report
         raise stop
     return report
+
+
+def _utility_line(victim) -> str:
+    u = ", ".join(f"{k} {v:.3f}" for k, v in victim.utility.items()) or "no test split"
+    return f"{u}; {victim.record.get('parameters', '?')} parameters"
 
 
 def _stage(line: str) -> None:

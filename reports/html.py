@@ -3,7 +3,7 @@
 Written for someone who never saw leakmeter: the verdict in plain words first, then the
 deployment, each attack (what was tried, how many queries, what it measured, the risk and why,
 its images and curves), the ReRo bounds and the scenario. Works on the plain report dict
-(CONTRACT.md); never imports the harness.
+(docs/contract.md); never imports the harness.
 """
 
 from __future__ import annotations
