@@ -98,10 +98,15 @@ def _rero(s: Scenario, victim, attacks: list[dict[str, Any]], outdir: Path) -> l
     return rero_section(s, victim, attacks, outdir)
 
 
-def _knowledge(s: Scenario, victim, oracle: Oracle, name: str, seed: int):
-    """The informed-adversary provider (victims/informed.py) for local victims, else None."""
+def _knowledge(s: Scenario, victim, oracle: Oracle, name: str, seed: int, family: str = ""):
+    """The attacker-knowledge provider for local victims (membership: the evaluation set and
+    reference models; else the informed adversary of victims/informed.py), else None."""
     if getattr(victim.truth, "data", None) is None:
         return None
+    if family == "membership":
+        from harness.attacker.membership import MembershipKnowledge
+
+        return MembershipKnowledge(s, victim, oracle, name, seed)
     from victims.informed import InformedKnowledge
 
     return InformedKnowledge(s, victim, oracle, name, seed)
@@ -111,6 +116,10 @@ def _access(provider):
     """The narrow handle an attack gets to an informed-knowledge provider (or None)."""
     if provider is None:
         return None
+    from harness.attacker.membership import MembershipAccess, MembershipKnowledge
+
+    if isinstance(provider, MembershipKnowledge):
+        return MembershipAccess(provider)
     from victims.informed import KnowledgeAccess
 
     return KnowledgeAccess(provider)
@@ -135,7 +144,7 @@ def run_attack(planned: Planned, oracle: Oracle, victim, s: Scenario, outdir: Pa
                      gen=torch.Generator(device="cpu").manual_seed(seed),
                      device=victim.info.device, outdir=adir, progress=_progress_factory(),
                      scenario=s)
-    provider = _knowledge(s, victim, oracle, atk.name, seed)
+    provider = _knowledge(s, victim, oracle, atk.name, seed, atk.family)
     ctx.knowledge = _access(provider)
     run_id = tracker.start(atk.name, {"leakmeter.attack": atk.name, "leakmeter.family": atk.family},
                            parent=parent)

@@ -28,10 +28,14 @@ from victims.training import loss_fn
 
 
 def batchable(recipe: Any) -> bool:
-    """True when `train_many` can train this recipe in batches."""
+    """True when `train_many` can train this recipe in batches (minibatch SGD and DP-SGD with
+    Poisson sampling go through harness/attacker/stacked_training.py)."""
     t = recipe.training
-    if t.optimizer != "sgd" or recipe.spec.arch not in ("mlp", "logistic", "linear"):
-        return False
+    return t.optimizer == "sgd" and recipe.spec.arch in ("mlp", "logistic", "linear")
+
+
+def _full_batch(recipe: Any) -> bool:
+    t = recipe.training
     if recipe.dp is not None:
         return t.batch_size is None
     return t.batch_size is None or t.steps is not None
@@ -68,10 +72,25 @@ def train_many(recipe: Any, x_minus: torch.Tensor, y_minus: torch.Tensor, x_extr
                              init_seed=init_seed)
             out.append(flatten_state(m))
         return torch.stack(out)
+    if not _full_batch(recipe):
+        return _minibatch_many(recipe, x_minus, y_minus, x_extra, y_extra, seed, init_seed)
     parts = [_train_chunk(recipe, x_minus, y_minus, x_extra[i : i + chunk],
                           y_extra[i : i + chunk], seed + i, init_seed, dp_method)
              for i in range(0, len(x_extra), chunk)]
     return torch.cat(parts)
+
+
+def _minibatch_many(recipe, x_minus, y_minus, x_extra, y_extra, seed, init_seed) -> torch.Tensor:
+    """Minibatch recipes: every model's training set as a row of indices into D₋ ∪ extras."""
+    from harness.attacker.stacked_training import train_stacked
+
+    n, k = len(x_minus), len(x_extra)
+    x = torch.cat([x_minus.to(x_extra), x_extra])
+    y = torch.cat([y_minus.to(y_extra.device), y_extra])
+    base = torch.arange(n)[None].expand(k, n)
+    idx = torch.cat([base, (n + torch.arange(k))[:, None]], 1)
+    init = None if init_seed is None else [init_seed] * k
+    return train_stacked(recipe, x, y, idx, seed, init)
 
 
 ELEMENTWISE = (nn.ReLU, nn.Tanh, nn.Sigmoid, nn.Softplus, nn.ELU, nn.LeakyReLU, nn.Identity)
@@ -93,8 +112,9 @@ def ghost_layers(model: nn.Module) -> list[Any] | None:
     return out
 
 
-def _ghost_clipped_sum(layers, params, x, y, crit, c):
-    """Σ_i clip_C(g_i) per parameter for K stacked models: x (K, N, d), y (K, N)."""
+def _ghost_clipped_sum(layers, params, x, y, crit, c, weight=None):
+    """Σ_i clip_C(g_i) per parameter for K stacked models: x (K, N, d), y (K, N); `weight`
+    (K, N) multiplies each example's clipped gradient (0 drops padding rows)."""
     a, inputs, pre = x, [], []
     for item in layers:
         if isinstance(item, str):
@@ -119,6 +139,8 @@ def _ghost_clipped_sum(layers, params, x, y, crit, c):
             extra = 1.0 if f"{item}.bias" in params else 0.0
             norm2 += (d**2).sum(-1) * ((inp**2).sum(-1) + extra)
         f = (c / (norm2.sqrt() + 1e-6)).clamp(max=1.0)
+        if weight is not None:
+            f = f * weight
         out = {}
         for item, d, inp in zip([i for i in layers if isinstance(i, str)], deltas, inputs,
                                 strict=True):
