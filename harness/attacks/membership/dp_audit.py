@@ -49,7 +49,8 @@ class AuditParams(Params):
     attack: Literal["mia_lira", "mia_rmia", "mia_loss"] = "mia_lira"  # scores the evaluation set
     shadows: int = 16  # reference models of that attack
     thresholds: int = 64  # grid size of the threshold audit
-    canaries: int = 256  # one-run audit canaries (0 = off; only for victims leakmeter trains)
+    one_run: bool = True  # the one-run canary audit (only for victims leakmeter trains)
+    canaries: int = 256  # its canaries
     canary_references: int = 8  # reference models on the base data that calibrate canary scores
     max_members: int | None = None
     delta: float | None = None  # None: the claim's δ, else the DP spec's, else 1e-5
@@ -104,11 +105,11 @@ class DpAudit(Attack):
         data.update(scores=scores, thresholds=threshold_grid(scores, params.thresholds))
         notes += [f"threshold audit: {params.attack} scores on {len(scores)} evaluation points"] + inner.notes
         metrics = {"epsilon_claimed": float(claim.epsilon) if claim is not None else float("nan")}
-        if params.canaries > 0 and kn.trained_here:
+        if params.one_run and kn.trained_here:
             cs, grid, cnotes = self._one_run(oracle, kn, params, ctx)
             data.update(canary_scores=cs, guess_grid=grid)
             notes += cnotes
-        elif params.canaries > 0:
+        elif params.one_run:
             notes.append("one-run audit skipped: the victim is not trained by leakmeter")
         if claim is None:
             metrics.pop("epsilon_claimed")
