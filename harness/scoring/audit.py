@@ -99,6 +99,15 @@ def threshold_audit(member_scores: np.ndarray, nonmember_scores: np.ndarray, thr
                           n1, n0, g, alpha, perfect)
 
 
+def threshold_grid(scores: np.ndarray, size: int = 64) -> np.ndarray:
+    """Thresholds at score quantiles, log-spaced toward both tails (chosen without the truth)."""
+    tail = np.logspace(-3.5, np.log10(0.5), max(1, size // 2))
+    levels = np.unique(np.clip(np.concatenate([tail, 1 - tail]), 0, 1))
+    s = np.asarray(scores, dtype=np.float64)
+    finite = s[np.isfinite(s)]
+    return np.unique(np.quantile(finite, levels)) if len(finite) else np.zeros(1)
+
+
 def one_run_p_value(m: int, r: int, v: int, eps: float, delta: float) -> float:
     """P-value of ≥ v correct guesses out of r (m canaries) under (ε, δ)-DP (Steinke et al. Thm 3.1)."""
     if not 0 <= v <= r <= m:

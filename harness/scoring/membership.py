@@ -9,8 +9,9 @@
   `auc`, `tpr_at_fpr_0.01`, `tpr_at_fpr_0.001` (with `_measured` = 0 when the FPR is below
   1/`nonmembers`: then it is the TPR at zero false positives), their 95% one-sided bounds
   (`..._tpr_low`, `..._fpr_high`), `advantage`, `mannwhitney_p`, `lr_low` (the largest
-  TPR_low / FPR_high at the two low-FPR thresholds, a likelihood ratio a statistician signs), and
-  a log-log ROC plot `roc.png` in the attack's folder.
+  TPR_low / FPR_high at the two low-FPR thresholds, a likelihood ratio a statistician signs),
+  `epsilon_lower` (the threshold audit of these scores at 95%, δ = the victim's or 1e-5) with
+  `epsilon_perfect`, and a log-log ROC plot `roc.png` in the attack's folder.
 - kind "dp_audit" — the same ROC measures, plus the ε lower bounds of harness/scoring/audit.py:
   the threshold audit on the evaluation set and the one-run canary audit, each at α = 2.5% so that
   `epsilon_lower` (their max) holds at 95%; `epsilon_perfect` beside it; `epsilon_accounted`.
@@ -20,13 +21,18 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
 from harness.scoring import scorer
-from harness.scoring.audit import game_epsilon, game_success_bound, one_run_audit, threshold_audit
+from harness.scoring.audit import (
+    game_epsilon,
+    game_success_bound,
+    one_run_audit,
+    threshold_audit,
+    threshold_grid,
+)
 from harness.scoring.reconstruction import clopper_pearson
 from harness.scoring.roc import advantage, auc, mann_whitney_p, roc, save_roc_plot, tpr_at_fpr
 
@@ -96,6 +102,10 @@ def score_membership_scores(art, truth, info) -> dict[str, float]:
         return {}
     scores = np.asarray(art.data["scores"], dtype=np.float64)
     out = roc_metrics(scores, mem)
+    # the ε these scores rule out at 95% (threshold audit, Bonferroni over a 64-quantile grid)
+    _, dp_delta = _accounted(truth)
+    th = threshold_audit(scores[mem], scores[~mem], threshold_grid(scores), dp_delta or 1e-5)
+    out.update(epsilon_lower=th.epsilon_lower, epsilon_perfect=th.perfect)
     for name, extra in art.data.get("extra_scores", {}).items():  # variants beside the main score
         em = roc_metrics(np.asarray(extra, dtype=np.float64), mem)
         out.update({f"{name}_{k}": em[k] for k in SUMMARY})
@@ -154,14 +164,3 @@ def score_dp_audit(art, truth, info) -> dict[str, float]:
         out["epsilon_claimed"] = float(art.metrics["epsilon_claimed"])
     return out
 
-
-def claim_to_test(m: dict[str, Any]) -> tuple[float | None, str]:
-    """The ε an audit is checked against: the user's claim, else the accountant's (the canary
-    run's own accounting where only the one-run audit ran), with its name."""
-    if m.get("epsilon_claimed") is not None:
-        return float(m["epsilon_claimed"]), "claimed"
-    if m.get("epsilon_accounted") is not None:
-        return float(m["epsilon_accounted"]), "accounted"
-    if m.get("epsilon_accounted_canary_run") is not None:
-        return float(m["epsilon_accounted_canary_run"]), "accounted (canary run)"
-    return None, ""

@@ -40,6 +40,7 @@ from harness.attacks.base import Artifact, Attack, Params
 from harness.attacks.membership.common import knowledge, needs_scores
 from harness.attacks.membership.mia_lira import lira_offline
 from harness.errors import AttackFailed
+from harness.scoring.audit import threshold_grid
 
 DEFAULT_DELTA = 1e-5
 HIGH_EPS = 1.0
@@ -55,14 +56,6 @@ class AuditParams(Params):
     max_members: int | None = None
     delta: float | None = None  # None: the claim's δ, else the DP spec's, else 1e-5
     slow_recipes: bool = False
-
-
-def threshold_grid(scores: np.ndarray, size: int) -> np.ndarray:
-    """Thresholds at score quantiles, log-spaced toward both tails (chosen without the truth)."""
-    tail = np.logspace(-3.5, np.log10(0.5), max(1, size // 2))
-    levels = np.unique(np.clip(np.concatenate([tail, 1 - tail]), 0, 1))
-    finite = scores[np.isfinite(scores)]
-    return np.unique(np.quantile(finite, levels)) if len(finite) else np.zeros(1)
 
 
 def guess_grid(m: int) -> list[tuple[int, int]]:
