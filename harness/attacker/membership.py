@@ -86,8 +86,9 @@ class MembershipKnowledge:
     def available(self) -> bool:
         """True when the victim's members and non-members are known (a local or file victim)."""
         t = getattr(self.victim, "truth", None)
-        d = getattr(t, "data", None)
-        return d is not None and len(d.x_train) > 0 and len(d.x_test) > 0
+        d = getattr(t, "data", None)  # an endpoint without a model file: its training set is unknown
+        return (d is not None and getattr(t, "model", None) is not None and len(d.x_train) > 0
+                and len(d.x_test) > 0)
 
     @property
     def recipe(self):

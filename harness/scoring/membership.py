@@ -138,7 +138,19 @@ def score_dp_audit(art, truth, info) -> dict[str, float]:
         scores = np.asarray(art.data["scores"], dtype=np.float64)
         out.update(roc_metrics(scores, mem))
         _plot(art, mem, art.data.get("title", "dp_audit ROC"))
-        th = threshold_audit(scores[mem], scores[~mem], np.asarray(art.data["thresholds"]), delta, a)
+        sets = art.data.get("audit_scores") or {"score": scores}
+        grids = art.data["thresholds"]
+        grids = grids if isinstance(grids, dict) else {"score": grids}
+        truth_all = np.asarray(truth.is_member, dtype=bool)
+        ths = {}
+        for k, v in sets.items():  # α split between the attacks' score sets (Bonferroni)
+            v = np.asarray(v, dtype=np.float64)
+            mk = truth_all[: len(v)]
+            ths[k] = threshold_audit(v[mk], v[~mk], np.asarray(grids[k]), delta, a / len(sets))
+        best = max(ths, key=lambda k: ths[k].epsilon_lower)
+        th = ths[best]
+        th.perfect = max(t.perfect for t in ths.values())
+        out.update({f"epsilon_lower_{k}": t.epsilon_lower for k, t in ths.items()})
         out.update(epsilon_lower_threshold=th.epsilon_lower, epsilon_perfect_threshold=th.perfect,
                    threshold_grid=float(th.grid), threshold_fp=float(th.fp), threshold_fn=float(th.fn))
         lower, perfect = max(lower, th.epsilon_lower), max(perfect, th.perfect)

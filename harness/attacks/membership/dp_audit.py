@@ -3,9 +3,10 @@
 Two audits, each at α = 2.5% so that their maximum, `epsilon_lower`, holds at 95%
 (harness/scoring/audit.py has the math and its sources):
 1. Threshold audit on the evaluation set (Jagielski, Ullman, Oprea 2020; Nasr, Song, Thakurta,
-   Papernot, Carlini 2021): the membership attack named in `attack` (default LiRA online) scores
-   the victim's members and non-members; for each threshold of a grid fixed from the scores alone
-   (quantiles, denser in the tails), Clopper–Pearson upper bounds on FPR and FNR give
+   Papernot, Carlini 2021): the membership attacks named in `attacks` (default LiRA online and
+   the loss attack; α split between them) score the victim's members and non-members; for each
+   threshold of a grid fixed from the scores alone (quantiles, denser in the tails),
+   Clopper–Pearson upper bounds on FPR and FNR give
    ε ≥ log((1 − δ − FNR_hi)/FPR_hi) (and the symmetric form); Bonferroni over the grid — unlike
    taking the best of a grid uncorrected.
 2. One-run audit (Steinke, Nasr, Jagielski 2023, Alg. 1, Thm. 3.1) for victims leakmeter
@@ -47,8 +48,11 @@ HIGH_EPS = 1.0
 
 
 class AuditParams(Params):
-    attack: Literal["mia_lira", "mia_rmia", "mia_loss"] = "mia_lira"  # scores the evaluation set
-    shadows: int = 16  # reference models of that attack
+    # membership attacks whose scores the threshold audit tests (α split between them); the first
+    # one's ROC is reported. LiRA's calibrated scores and the raw loss catch different tails:
+    # misclassified points are surely non-members, which only the loss shows.
+    attacks: list[Literal["mia_lira", "mia_rmia", "mia_loss"]] = ["mia_lira", "mia_loss"]
+    shadows: int = 16  # reference models of mia_lira / mia_rmia
     thresholds: int = 64  # grid size of the threshold audit
     one_run: bool = True  # the one-run canary audit (only for victims leakmeter trains)
     canaries: int = 256  # its canaries
@@ -86,17 +90,17 @@ class DpAudit(Attack):
             claim.delta if claim is not None else dp.delta if dp is not None else DEFAULT_DELTA)
         notes: list[str] = []
         data: dict = {"delta": delta, "alpha": 0.05, "outdir": ctx.outdir,
-                      "title": f"dp_audit: {params.attack} on the evaluation set"}
-        sub = registry()[params.attack]
-        sub_params = {"max_members": params.max_members}
-        if params.attack == "mia_lira":
-            sub_params.update(shadows=params.shadows, mode="online", slow_recipes=params.slow_recipes)
-        elif params.attack == "mia_rmia":
-            sub_params.update(references=params.shadows, slow_recipes=params.slow_recipes)
-        inner = sub().run(oracle, sub.Params(**sub_params), ctx)
-        scores = np.asarray(inner.data["scores"], dtype=np.float64)
-        data.update(scores=scores, thresholds=threshold_grid(scores, params.thresholds))
-        notes += [f"threshold audit: {params.attack} scores on {len(scores)} evaluation points"] + inner.notes
+                      "title": f"dp_audit: {params.attacks[0]} on the evaluation set"}
+        names = list(dict.fromkeys(params.attacks))
+        runs = {name: self._scores(oracle, name, params, ctx) for name in names}
+        main = runs[names[0]]
+        data.update(scores=np.asarray(main.data["scores"], dtype=np.float64),
+                    audit_scores={k: np.asarray(a.data["scores"], dtype=np.float64) for k, a in runs.items()})
+        data["thresholds"] = {k: threshold_grid(v, params.thresholds)
+                              for k, v in data["audit_scores"].items()}
+        for name, inner in runs.items():
+            notes += [f"threshold audit: {name} scores on {len(inner.data['scores'])} evaluation points"]
+            notes += inner.notes
         metrics = {"epsilon_claimed": float(claim.epsilon) if claim is not None else float("nan")}
         if params.one_run and kn.trained_here:
             cs, grid, cnotes = self._one_run(oracle, kn, params, ctx)
@@ -107,9 +111,21 @@ class DpAudit(Attack):
         if claim is None:
             metrics.pop("epsilon_claimed")
         art = Artifact("dp_audit", data=data, metrics=metrics, notes=notes)
-        if inner.outcome == "partial":
-            art.outcome, art.reason, art.stopped_by = "partial", inner.reason, inner.stopped_by
+        partial = next((a for a in runs.values() if a.outcome == "partial"), None)
+        if partial is not None:
+            art.outcome, art.reason, art.stopped_by = "partial", partial.reason, partial.stopped_by
         return art
+
+    @staticmethod
+    def _scores(oracle, name: str, params: AuditParams, ctx) -> Artifact:
+        """Run one membership attack on the evaluation set (its artifact holds the scores)."""
+        sub = registry()[name]
+        kw: dict = {"max_members": params.max_members}
+        if name == "mia_lira":
+            kw.update(shadows=params.shadows, mode="online", slow_recipes=params.slow_recipes)
+        elif name == "mia_rmia":
+            kw.update(references=params.shadows, slow_recipes=params.slow_recipes)
+        return sub().run(oracle, sub.Params(**kw), ctx)
 
     def _one_run(self, oracle, kn, params: AuditParams, ctx):
         """Canary scores from one training run (Steinke et al. Alg. 1) and the guess grid."""
