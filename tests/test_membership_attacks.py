@@ -197,15 +197,36 @@ def test_reconn_and_informed_mia_run_under_minibatch_dp_sgd(tmp_path):
     s = scenario_from_dict(make_scenario(
         victim=victim, interface={"kind": "whitebox", "output": "logits"},
         defenses={"dp_sgd": {"epsilon": 8.0, "delta": 1e-5}},
-        attacks=[{"name": "reconn", "params": {"targets": 4, "shadows": 64, "epochs": 5}},
-                 {"name": "informed_mia", "params": {"games": 4}}]))
+        attacks=[{"name": "reconn", "params": {"targets": 2, "shadows": 32, "epochs": 5}},
+                 {"name": "informed_mia", "params": {"games": 2, "shadows": 4}}]))
     rep = run_scenario(s, out=tmp_path)
     reconn, mia = rep["attacks"]
     assert reconn["status"] == mia["status"] == "ok"
-    assert reconn["metrics"]["shadows"] == 64 and mia["metrics"]["games"] == 4
+    assert reconn["metrics"]["shadows"] == 32 and mia["metrics"]["games"] == 2
     checks = {r["bound"]: r for r in rep["rero"] if str(r["bound"]).startswith("check:")}
     assert set(checks) == {"check:reconn", "check:informed_mia"}
     e = math.exp(2 * rep["privacy"]["epsilon"])
     assert checks["check:informed_mia"]["gamma"] == pytest.approx(
         min(1.0, (e + (1 + math.exp(rep["privacy"]["epsilon"])) * 1e-5) / (1 + e)))
     assert not any(r.get("violation") for r in checks.values())
+
+
+def test_user_model_file_with_npz_pool_and_a_false_claim_is_caught(tmp_path):
+    # the user's own model (a state_dict + its architecture) and data (.npz with x_pool/y_pool):
+    # no retraining, so no canary run; the threshold audit alone catches an ε = 0.1 claim
+    s0, v0, _ = _recipe({**DIGITS, "training": {**DIGITS["training"], "epochs": 40}})
+    d = v0.truth.data
+    torch.save(v0.truth.model.state_dict(), tmp_path / "model.pt")
+    np.savez(tmp_path / "data.npz", x_train=d.x_train, y_train=d.y_train, x_test=d.x_test,
+             y_test=d.y_test, x_pool=d.x_pool[:150], y_pool=d.y_pool[:150])
+    victim = {"model": {"arch": "file", "path": str(tmp_path / "model.pt"), "format": "state_dict",
+                        "spec": {"arch": "mlp", "hidden": [16]}},
+              "data": {"dataset": "npz", "path": str(tmp_path / "data.npz"), "standardize": "none"},
+              "training": DIGITS["training"], "claimed_privacy": {"epsilon": 0.1}}
+    rep = _run(tmp_path / "run", victim, [{"name": "dp_audit", "params": {"shadows": 4}}])
+    a = rep["attacks"][0]
+    m = a["metrics"]
+    assert "epsilon_lower_one_run" not in m and "not trained by leakmeter" in " ".join(a["notes"])
+    assert m["members"] == m["nonmembers"] == 200 and m["epsilon_claimed"] == 0.1
+    assert m["epsilon_lower"] > 0.1 and a["risk"] == "high" and rep["verdict"] == "fail"
+    assert rep["victim"]["data"]["pool_source"] == "x_pool/y_pool of the .npz"
