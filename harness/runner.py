@@ -24,7 +24,8 @@ from pydantic import ValidationError
 from tqdm.auto import tqdm
 
 from defenses.output import OutputDefenses
-from harness.attacker.informed import InformedKnowledge, KnowledgeAccess
+from harness.attacker.informed import InformedKnowledge
+from harness.attacker.membership import MembershipKnowledge
 from harness.attacks import registry
 from harness.attacks.base import Artifact, Attack, RunContext
 from harness.errors import AttackFailed, AttackSkipped, BadInput, InterfaceError
@@ -206,6 +207,16 @@ def _new_entry(planned: Planned) -> dict[str, Any]:
             "retries": 0, "faults": 0, "wall_s": 0.0, "metrics": {}}
 
 
+def _knowledge(s: Scenario, victim, oracle: Oracle, name: str, seed: int, family: str):
+    """What the attacker is handed besides the oracle, for local victims (None otherwise): the
+    membership evaluation set and reference-model recipe, or the informed adversary's releases."""
+    if getattr(victim.truth, "data", None) is None:
+        return None
+    if family == "membership":
+        return MembershipKnowledge(s, victim, oracle, name, seed)
+    return InformedKnowledge(s, victim, oracle, name, seed)
+
+
 def _progress_factory():
     def make(desc: str, total: int | None):
         return tqdm(total=total, desc=desc, disable=progress_disabled(), leave=False)
@@ -233,10 +244,8 @@ def run_attack(planned: Planned, oracle: Oracle, victim, s: Scenario, outdir: Pa
                      gen=torch.Generator(device="cpu").manual_seed(seed),
                      device=victim.info.device, outdir=adir, progress=_progress_factory(),
                      scenario=s)
-    provider = None
-    if getattr(victim.truth, "data", None) is not None:  # informed knowledge: local victims only
-        provider = InformedKnowledge(s, victim, oracle, atk.name, seed)
-        ctx.knowledge = KnowledgeAccess(provider)
+    provider = _knowledge(s, victim, oracle, atk.name, seed, atk.family)
+    ctx.knowledge = provider.access() if provider is not None else None
     run_id = tracker.start(atk.name, {"leakmeter.attack": atk.name, "leakmeter.family": atk.family},
                            parent=parent)
     stop: Interrupted | None = None

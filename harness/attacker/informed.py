@@ -138,6 +138,10 @@ class Release:
 class InformedKnowledge:
     """Lazy provider of informed-adversary knowledge for one attack (set on RunContext)."""
 
+    def access(self) -> KnowledgeAccess:
+        """The narrow handle the attack gets (never the truth)."""
+        return KnowledgeAccess(self)
+
     def __init__(self, s: Any, victim: Any, oracle: Any, attack: str, seed: int):
         self.s = s
         self.victim = victim

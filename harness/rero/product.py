@@ -228,6 +228,29 @@ def check_rows(s, victim, attacks: list[dict[str, Any]], p: accounting.Privacy |
     return out
 
 
+def game_rows(attacks: list[dict[str, Any]], p: accounting.Privacy | None) -> list[dict[str, Any]]:
+    """Bound vs measurement for the informed membership game (paper 004 Alg. 2): its success
+    rate's CI lower end above `dp_bound` (the membership scorer's bound for the game's replacement
+    neighbours) is a violation of the victim's DP guarantee."""
+    out: list[dict[str, Any]] = []
+    for a in attacks:
+        m = a.get("metrics", {})
+        if a.get("status") != "ok" or "dp_bound" not in m or "success_ci_low" not in m or p is None:
+            continue
+        low, bound = float(m["success_ci_low"]), float(m["dp_bound"])
+        row = {"prior": "membership game", "eta": None, "bound": f"check:{a['name']}", "attack": a["name"],
+               "measured": float(m["success_rate"]), "ci_low": low, "ci_high": m.get("success_ci_high"),
+               "gamma": bound, "vacuous": bound >= 1.0, "within_bound": float(m["success_rate"]) <= bound,
+               "violation": bool(low > bound), "metric": f"dp_game_bound_check_{a['name']}"}
+        if row["violation"]:
+            row["message"] = (
+                f"DP bound violated: {a['name']} won {row['measured']:.3g} of its membership games "
+                f"(95% CI low {low:.3g}) but (ε={p.epsilon}, δ={p.delta}) bounds any attack by "
+                f"{bound:.3g}: the DP-SGD implementation or its accounting is broken")
+        out.append(row)
+    return out
+
+
 def rero_section(s, victim, attacks: list[dict[str, Any]], outdir: Path) -> list[dict[str, Any]]:
     """The report's `rero` list (bounds, then checks against measured reconstruction); writes
     outdir/rero_gamma_vs_epsilon.png."""
@@ -236,14 +259,15 @@ def rero_section(s, victim, attacks: list[dict[str, Any]], outdir: Path) -> list
     pool = _pool(victim)
     etas = default_etas(s, pool, attacks)
     evals, notes = evaluate_priors(s, victim, etas)
-    rows = bound_rows(evals, p) + check_rows(s, victim, attacks, p)
+    rows = bound_rows(evals, p) + check_rows(s, victim, attacks, p) + game_rows(attacks, p)
     rows += [{"prior": "-", "eta": None, "kappa": None, "gamma": 1.0, "bound": "skipped", "vacuous": True,
               "note": n} for n in notes]
     if evals:
         try:
             from harness.rero.plot import gamma_vs_epsilon
 
-            checks = [r for r in rows if r.get("attack") and r.get("ci_high") is not None]
+            checks = [r for r in rows if r.get("attack") and r.get("ci_high") is not None
+                      and r.get("eta") is not None]
             shown = next((e for e in evals if checks and e.kind == "empirical" and e.eta is not None
                           and math.isclose(e.eta, checks[0]["eta"], rel_tol=1e-12)), evals[0])
             gamma_vs_epsilon(shown, p, Path(outdir) / "rero_gamma_vs_epsilon.png",
