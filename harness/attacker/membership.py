@@ -157,7 +157,6 @@ class MembershipKnowledge:
         if not self.trained_here:
             raise AttackFailed("the one-run audit retrains the victim: only for victims leakmeter "
                                "trains (not model files or endpoints)")
-        from harness.oracle import Oracle
         from victims.local import LocalBackend
         from victims.models.training import train
 
@@ -194,9 +193,7 @@ class MembershipKnowledge:
         for p in model.parameters():
             p.requires_grad_(False)
         backend = LocalBackend(model, info.task, info.n_classes, self.s.interface, dev, dt)
-        o = Oracle(backend, info, self.oracle.defenses, None, self.s.seed + 977)
-        o.ledger = self.oracle.ledger  # one budget for the whole run
-        o.progress = self.oracle.progress
+        o = self.oracle.sibling(backend, self.s.seed + 977)
         dp_rec = rec.dp
         if self.truth is None:
             self.truth = MembershipTruth(np.zeros(0, bool), self.victim.truth)
