@@ -137,7 +137,7 @@ class KKT(Attack):
         return super().skip_reason(info)
 
     def run(self, oracle, params: KKTParams, ctx) -> Artifact:
-        spec = getattr(getattr(ctx.scenario, "victim", None), "model", None)
+        spec = ctx.threat.architecture if ctx.threat else None  # a release shows its architecture
         if spec is not None:
             acts = spec.activation if isinstance(spec.activation, list) else [spec.activation]
             if spec.arch == "cnn" or any(a != "relu" for a in acts):
@@ -208,7 +208,7 @@ class KKT(Attack):
         art = Artifact("reconstruction", data={
             "candidates": cands.cpu(), "baseline_candidates": rows.cpu(), "vote": None,
             "lambda": (scale[:, None] * mu).detach()[keep].reshape(-1)[finite].cpu(),
-            "outdir": ctx.outdir, "eta_spec": ctx.scenario.rero.eta if ctx.scenario else None,
+            "outdir": ctx.outdir, "eta_spec": ctx.threat.rero_eta if ctx.threat else None,
             "curves": {"kkt_residual": curve}}, metrics=metrics)
         art.progress = f"{done} of {params.steps} steps, {len(cands)} candidates"
         if len(cands) == 0:
