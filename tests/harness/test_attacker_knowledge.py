@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import make_scenario
+
 from harness.errors import ScenarioError
 from harness.runner import attack_seeds, attacker_run_seed, run_scenario
 from harness.scenario import scenario_from_dict
