@@ -95,10 +95,11 @@ def find_planes(oracle, line, grid, p, search, noise: AnswerNoise, tol: float):
 
 def check_tolerance(noise: AnswerNoise, given: float | None, search: str, d: int) -> float:
     """The self-check's bar: the answers' own error (a max over fresh queries of ~6σ relative to
-    the signal scale; by values, amplified by the d-dimensional plane fits), never below 1e-7."""
+    the signal scale; by values, amplified by the d-dimensional plane fits), within [1e-7, 1e-2]."""
     if given is not None:
         return given
-    return max(1e-7, 10 * noise.rel * (d if search == "values" and noise.rel >= 1e-12 else 1))
+    amp = d if search == "values" and noise.rel >= 1e-12 else 1
+    return min(max(1e-7, 10 * noise.rel * amp), 1e-2)  # above 1%: not the model, whatever the noise
 
 
 def extract(oracle, ctx, p, search: str) -> Artifact:

@@ -143,6 +143,9 @@ class QueryLearning(Attack):
                     break
         except rl.OutOfBudget:
             notes.append("budget ran out during the line search")
+        if not ws:
+            raise AssumptionViolated(f"the budget ({cap}) ran out before one line of {intervals} "
+                                     "intervals was searched", stopped_by="budget")
         w, b = rl.canonical(torch.cat(ws), -torch.cat(bs))  # offsets: w·x − b = w·x + (−b)
         keep = rl.dedupe(w, b, 1e-4)
         w, off = w[keep], b[keep]
