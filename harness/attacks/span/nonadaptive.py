@@ -192,10 +192,13 @@ class SpanNonAdaptive(Attack):
             art.stopped_by = "precision"
             art.reason = (f"no clear spectral gap (σ_r/σ_r+1 = {gap:.3g} < {params.min_gap}): "
                           "outputs are noisy or rounded, the rank estimate is unreliable")
-        elif resid > params.max_heldout_residual and not (len(ranks) > 1 and ranks[-1] > ranks[-2]):
+        elif resid > params.max_heldout_residual:
             art.stopped_by = "precision"
+            grew = len(ranks) > 1 and ranks[-1] > ranks[-2]
             art.reason = (f"the last {len(rows[-1])} gradients keep {resid:.2g} of their energy "
-                          "outside the span of the earlier ones: the answers are noisy or rounded")
+                          "outside the span of the earlier ones: "
+                          + ("the rank is still growing (more samples may leak more)" if grew else
+                             "the answers are noisy or rounded, the subspace is unreliable"))
         elif oracle.remaining is not None and samples < max_samples and not stopped:
             art.stopped_by = "budget"
             art.reason = f"budget exhausted after {samples} gradient points (rank still growing?)"

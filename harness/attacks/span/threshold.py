@@ -47,7 +47,7 @@ from harness.errors import AssumptionViolated, PrecisionLimit
 class ThresholdParams(Params):
     max_vectors: int | None = None  # stop after this many vectors (default: input dim − 1)
     probes: int = 64  # Gaussian probes per search for a label change
-    step: float | None = None  # h, × input scale; None: from the boundary's roughness (see run)
+    step: float | None = None  # h, × input scale; None: 1e-5, ×10 (to 1e-3) while the boundary is too rough
     bracket: float = 64.0  # crossings are searched within ±bracket·h (max slope ratio)
     bisect_steps: int = 24  # bisection steps per crossing
     boundary_tol: float = 1e-2  # x₀ is placed within boundary_tol·h of the boundary
@@ -312,7 +312,8 @@ class SpanThreshold(Attack):
             art.reason = (f"all {len(pts)} first probes got the same decision: the 0/1 output is "
                           "constant where the attacker looked (flat or saturated victim)")
             return art
-        step = params.step or boundary_step(dec, known, scale, n, ctx.gen, oracle.affordable)
+        step = params.step or 1e-5
+        adapt = params.step is None
         st = State(basis=torch.zeros(0, n, dtype=torch.float64, device=dev))
         stopped, reason, done = None, "", False
         bar = ctx.progress("span: 0/1 vectors", limit) if ctx.progress else None
@@ -320,7 +321,15 @@ class SpanThreshold(Attack):
         try:
             while len(st.basis) < limit:
                 q0 = oracle.queries
-                v = next_vector(dec, st, known, scale, step, params, ctx.gen, oracle.affordable)
+                try:
+                    v = next_vector(dec, st, known, scale, step, params, ctx.gen, oracle.affordable)
+                except PrecisionLimit:
+                    # the boundary is rougher than this step can read (coarse arithmetic, e.g.
+                    # float32): the answers say so, so the step grows tenfold, up to 1e-3
+                    if not adapt or step >= 1e-3:
+                        raise
+                    step *= 10
+                    continue
                 if v is None:
                     done = True
                     break
@@ -376,26 +385,3 @@ class SpanThreshold(Attack):
         if r >= 1 and e >= 0.99:
             return "medium", f"{min(r, k)} of {k} span directions leaked through 0/1 answers ({q} queries)"
         return "low", f"0/1 span recovery got {r} of {k} directions, min energy in span {e:.3g}"
-
-
-def boundary_step(dec: Decision, known, scale: float, n: int, gen: torch.Generator,
-                  budget) -> float:
-    """h (× input scale) from the answers themselves, not the victim's dtype: a boundary point
-    is bisected twice to 2⁻⁵⁰ of the input scale along the same segment; where the victim
-    computes in float32 the two crossings disagree at ~1e-7 (its arithmetic), in float64 at
-    ~1e-15. The step is 1e4 times that disagreement (the slopes read over ±bracket·h then
-    carry ~1e-4 relative error), within [1e-5, 1e-3]."""
-    pts, lab = known
-    i1 = torch.nonzero(lab)[:, 0]
-    i0 = torch.nonzero(~lab)[:, 0]
-    if budget(120) < 120:
-        return 1e-3
-    a = pts[i1[torch.randint(len(i1), (1,), generator=gen)].item()]
-    c = pts[i0[torch.randint(len(i0), (1,), generator=gen)].item()]
-    length = float((a - c).norm())
-    d = (a - c) / length
-    starts = torch.stack([c, c + 1e-9 * scale * torch.randn(n, generator=gen, dtype=torch.float64
-                                                             ).to(c.device)])
-    t, _ = bisect_lines(dec, starts, d, 0.0, length, 55, budget)
-    spread = float((t[0] - t[1]).abs()) / scale
-    return min(max(1e4 * spread, 1e-5), 1e-3)
