@@ -131,6 +131,9 @@ class QueryLearning(Attack):
                 # the end pieces lie beyond the span; refine and keep what was found
                 grow = p.intervals is None and crowded > 1 / 8 and 2 * intervals <= p.max_intervals
                 reach = p.span is None and at_end and span < 1e4
+                more = 2 * intervals if grow else intervals
+                if cap is not None and oracle.queries + (more + 1) * (d + 2) > cap - 2 * d:
+                    grow = reach = False  # the budget cannot pay a finer line: keep this one
                 if grow or reach:
                     intervals = 2 * intervals if grow else intervals
                     span = 4 * span if reach else span
