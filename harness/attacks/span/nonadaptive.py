@@ -132,9 +132,10 @@ class SpanNonAdaptive(Attack):
         step, notes, noise = params.fd_step, [], None
         fd = not oracle.offers("explain")
         if fd:
-            if oracle.affordable(32 + 2 * per_point) < 32 + 2 * per_point:
-                raise AssumptionViolated(f"the budget ({oracle.remaining}) allows no two gradient "
-                                         f"points ({per_point} queries each)", stopped_by="budget")
+            if oracle.affordable(32 + per_point) < 32 + per_point:
+                raise AssumptionViolated(f"the budget ({oracle.remaining}) allows no gradient point "
+                                         f"({per_point} queries, after 32 noise probes)",
+                                         stopped_by="budget")
             noise = estimate_noise(oracle, ctx.gen)
             step = step or fd_step(noise)
             notes.append(f"{noise.describe()}; finite-difference step {step:.2g}")
