@@ -140,8 +140,10 @@ class SpanNonAdaptive(Attack):
             step = step or fd_step(noise)
             notes.append(f"{noise.describe()}; finite-difference step {step:.2g}")
             if step >= 0.1:
+                empty = Artifact("subspace", data={"basis": torch.zeros(0, d, dtype=torch.float64)},
+                                 metrics={"recovered_rank": 0.0}, progress="no gradient read")
                 raise PrecisionLimit(f"{noise.describe()}: finite differences would need a step "
-                                     f"of {step:.2g}, too coarse to read gradients")
+                                     f"of {step:.2g}, too coarse to read gradients", artifact=empty)
         rows: list[torch.Tensor] = []
         ranks: list[int] = []
         seen: list[int] = []
