@@ -127,7 +127,7 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
         _log_scenario(tracker, parent, s, source)
         for i, planned in enumerate(plan, 1):
             _stage(f"{s.name}: attack {i}/{len(plan)}: {planned.attack.name}")
-            entry = _new_entry(planned)
+            entry = new_entry(planned)
             report["attacks"].append(entry)  # kept even if an interrupt cuts the attack short
             run_attack(planned, oracle, victim, s, outdir, tracker, parent, entry)
         _stage(f"{s.name}: ReRo bounds")
@@ -205,7 +205,7 @@ def _log_scenario(tracker: Tracker, parent: str | None, s: Scenario, source: str
 # --------------------------------------------------------------------------- one attack
 
 
-def _new_entry(planned: Planned) -> dict[str, Any]:
+def new_entry(planned: Planned) -> dict[str, Any]:
     atk = planned.attack
     return {"name": atk.name, "family": atk.family, "paper": atk.paper,
             "params": planned.params.model_dump(mode="json"), "status": "error",
@@ -268,51 +268,72 @@ def _progress_factory():
 def run_attack(planned: Planned, oracle: Oracle, victim, s: Scenario, outdir: Path,
                tracker: Tracker, parent: str | None, entry: dict[str, Any] | None = None
                ) -> dict[str, Any]:
-    """Run, score and judge one attack; returns its report entry (filling `entry` when given).
-    A crash becomes status `error`; an interrupt is recorded (the partial artifact scored) and
-    re-raised."""
+    """Run, score and judge one attack, logged as a nested MLflow run; returns its report entry
+    (filling `entry` when given). A crash becomes status `error`; an interrupt is recorded (the
+    partial artifact scored) and re-raised."""
     atk = planned.attack
-    entry = entry if entry is not None else _new_entry(planned)
+    entry = entry if entry is not None else new_entry(planned)
     reason = atk.skip_reason(victim.info)
     if reason:
         entry.update(status="skipped", reason=reason)
         return entry
     view = oracle.view(atk.name)
-    adir = outdir / atk.name
-    adir.mkdir(parents=True, exist_ok=True)
+    ctx, provider = attack_context(s, victim, oracle, atk, outdir / atk.name)
+    run_id = tracker.start(atk.name, {"leakmeter.attack": atk.name, "leakmeter.family": atk.family},
+                           parent=parent)
+    art: Artifact | None = None
+    stopped = False
+    try:
+        art = attempt(planned, view, ctx, provider, victim, s.policy.fail_on, entry)
+    except Interrupted:
+        stopped = True
+        raise
+    finally:
+        art = art or ctx.best
+        with deferred():
+            _log_attack(tracker, run_id, entry, art)
+            tracker.end(run_id, "KILLED" if stopped else ("FAILED" if entry["status"] == "error"
+                                                          else "FINISHED"))
+    return entry
+
+
+def attack_context(s: Scenario, victim, oracle: Oracle, atk: Attack, outdir: Path
+                   ) -> tuple[RunContext, Any]:
+    """The attack's RunContext (its own seeds, declared knowledge, a folder) and the knowledge
+    provider behind `ctx.knowledge` (whose truth the scorer reads), or None."""
+    outdir.mkdir(parents=True, exist_ok=True)
     threat = threat_model(s, victim)
     seed, secret = attack_seeds(threat.seed, s.seed, atk.name)
     ctx = RunContext(seed=seed, rng=np.random.default_rng(seed),
                      gen=torch.Generator(device="cpu").manual_seed(seed),
-                     device=victim.info.device, outdir=adir, progress=_progress_factory(),
-                     threat=threat, scenario=s)
+                     device=victim.info.device, outdir=outdir, progress=_progress_factory(),
+                     threat=threat)
     provider = _knowledge(s, victim, oracle, atk.name, seed, secret, atk.family)
     ctx.knowledge = provider.access() if provider is not None else None
-    run_id = tracker.start(atk.name, {"leakmeter.attack": atk.name, "leakmeter.family": atk.family},
-                           parent=parent)
+    return ctx, provider
+
+
+def attempt(planned: Planned, view, ctx: RunContext, provider, victim, fail_on: str,
+            entry: dict[str, Any]) -> Artifact | None:
+    """Run the attack, then score and judge whatever artifact it holds (the one kept with
+    `ctx.keep` if it was stopped), filling `entry`; returns that artifact. An interrupt is
+    recorded in `entry` and re-raised."""
+    atk = planned.attack
     stop: Interrupted | None = None
-    art: Artifact | None = None
     t0 = time.perf_counter()
     try:
-        try:
-            art = _run(atk, planned.params, view, ctx, entry)
-        except Interrupted as exc:
-            stop = exc
-            art = ctx.best
-            entry.update(status="ok", stopped_by="interrupt", stop_reason="interrupted")
-        entry["wall_s"] = round(time.perf_counter() - t0, 4)
-        entry.update(queries=view.queries, queries_sent=view.queries_sent, **view.transport())
-        if entry["status"] != "skipped":
-            truth = getattr(provider, "truth", None) or victim.truth  # informed release truth
-            _score_and_judge(atk, art, truth, victim.info, entry, s.policy.fail_on)
-    finally:
-        with deferred():
-            _log_attack(tracker, run_id, entry, art)
-            tracker.end(run_id, "KILLED" if stop else ("FAILED" if entry["status"] == "error"
-                                                        else "FINISHED"))
+        art = _run(atk, planned.params, view, ctx, entry)
+    except Interrupted as exc:
+        stop, art = exc, ctx.best
+        entry.update(status="ok", stopped_by="interrupt", stop_reason="interrupted")
+    entry["wall_s"] = round(time.perf_counter() - t0, 4)
+    entry.update(queries=view.queries, queries_sent=view.queries_sent, **view.transport())
+    if entry["status"] != "skipped":
+        truth = getattr(provider, "truth", None) or victim.truth  # a release's own truth
+        _score_and_judge(atk, art, truth, victim.info, entry, fail_on)
     if stop is not None:
         raise stop
-    return entry
+    return art
 
 
 def _run(atk: Attack, params: Any, view, ctx: RunContext, entry: dict[str, Any]) -> Artifact | None:

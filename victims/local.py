@@ -186,6 +186,7 @@ def build_local_victim(s: Any) -> Victim:
         n_classes=data.n_classes, task=data.task, interface=s.interface.kind,
         output=s.interface.output, gradient_of=s.interface.gradient_of, x_pool=pool,
         input_low=lo, input_high=hi, device=device, dtype=dtype, input_domain_source=domain_source,
+        gradient_class=s.interface.gradient_class,
     )
     truth = Truth(model, data, _first_layer(model, data, device, dtype), record)
     rec = {

@@ -42,6 +42,7 @@ class PublicInfo:
     device: torch.device
     dtype: torch.dtype
     input_domain_source: str = ""  # where input_low/high come from (declared, documented, pool)
+    gradient_class: int = 0  # the class `gradient_of: class` explains (documented by the API)
 
 
 @dataclass

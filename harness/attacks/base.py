@@ -73,7 +73,6 @@ class RunContext:
     outdir: Path
     progress: Any = None  # callable(desc, total) -> tqdm-like, or None
     threat: ThreatModel | None = None  # declared attacker knowledge (never the truth)
-    scenario: Any = None  # transitional: attacks read ctx.threat; nothing new may read this
     # informed-adversary knowledge (paper 004 Def. 1): a lazy provider whose `release(T, C)`
     # returns D₋, the recipe and T released models; None for remote victims
     knowledge: Any = None

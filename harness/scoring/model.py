@@ -1,15 +1,25 @@
 """Scoring extracted models against the victim: exact attacks and query learning (kind
 "model") and the surrogate's learning curve (kind "surrogate").
 
-Metrics (kind "model"), on the victim's held-out data and on N(0, I) inputs:
-- max_rel_error: max over inputs and outputs of |f̂ − f|, divided by the RMS of f over the
-  same inputs (compared as centred logits when the API only revealed those);
-  also max_rel_error_data / max_rel_error_gaussian.
-- normalized_loss_gaussian / normalized_loss_data: E[(f − f̂)²] / E[f²] (paper 001's measure).
-- agreement: share of inputs where both predict the same label (classification only; inputs
-  where the victim's own top two outputs tie within 1e-12·RMS count as agreeing).
-- units_true / units_matched / param_error: for a victim Linear-ReLU-Linear, hidden units
-  (Aᵢ, bᵢ)/‖Aᵢ‖ matched up to permutation and scale; param_error is the largest distance.
+Extraction risk is functional fidelity (what the attacker walks away with), not bit-exactness.
+Held-out inputs: the victim's test split when the truth has data ("data"), else uniform random
+inputs in the declared input domain ("domain"); N(0, I) inputs ("gaussian", where the exact
+attacks search) are scored too but do not set the risk.
+Metrics (kind "model"), per set and for the held-out set without suffix:
+- output_error: 99th percentile over inputs of the largest output difference — probabilities
+  (absolute) for a probability API, else |f̂ − f| relative to the RMS of f (logits and
+  regression victims alike; centred logits when the API only revealed those);
+- agreement: share of inputs where both predict the same label (classifiers; inputs where the
+  victim's own top two outputs tie within 1e-12·RMS count as agreeing);
+- max_rel_error: max over inputs and outputs of |f̂ − f| / RMS(f) (the exactness figure), and
+  normalized_loss: E[(f − f̂)²] / E[f²] (paper 001's measure);
+- units_true / units_matched / param_error, where the victim is recognisably Linear-ReLU-Linear
+  (TorchScript included): hidden units (Aᵢ, bᵢ)/‖Aᵢ‖ matched up to permutation and scale;
+  param_error is the largest distance.
+Thresholds (harness/attacks/extraction/fidelity.py): high when output_error ≤ 1e-2 (a stolen
+model, whatever its parameter error) or agreement ≥ 0.95; medium when output_error ≤ 0.1 or
+agreement ≥ 0.8; else low. TorchScript victims are scored the same way (the truth model is
+callable even when its structure is not recognisable).
 """
 
 from __future__ import annotations
@@ -44,22 +54,45 @@ def _eval(model, x: torch.Tensor) -> torch.Tensor:
 
 
 def eval_sets(truth, info) -> dict[str, torch.Tensor]:
-    """Held-out inputs: the victim's test data and seeded Gaussian inputs."""
+    """Held-out inputs: the victim's test data (else uniform inputs in the declared domain) and
+    seeded Gaussian inputs."""
     gen = torch.Generator().manual_seed(12345)
     sets = {"gaussian": torch.randn(N_GAUSS, info.dim, generator=gen, dtype=torch.float64)}
-    if truth.data is not None and len(truth.data.x_test):
-        x = torch.as_tensor(truth.data.x_test[:N_DATA], dtype=torch.float64)
+    data = getattr(truth, "data", None)
+    if data is not None and len(data.x_test):
+        x = torch.as_tensor(data.x_test[:N_DATA], dtype=torch.float64)
         sets["data"] = x.reshape(len(x), -1)
+    else:
+        lo, hi = float(getattr(info, "input_low", -1.0)), float(getattr(info, "input_high", 1.0))
+        if not (np.isfinite(lo) and np.isfinite(hi) and hi > lo):
+            lo, hi = -1.0, 1.0
+        sets["domain"] = lo + (hi - lo) * torch.rand(N_DATA, info.dim, generator=gen,
+                                                     dtype=torch.float64)
     return sets
 
 
-def compare_outputs(f: torch.Tensor, g: torch.Tensor, space: str, task: str) -> dict[str, float]:
+def api_outputs(f: torch.Tensor, output: str) -> torch.Tensor | None:
+    """What a probability API returns for raw outputs f (softmax; one logit: sigmoid), else None."""
+    if output != "probabilities":
+        return None
+    if f.shape[1] == 1:
+        p = torch.sigmoid(f)
+        return torch.cat([1 - p, p], 1)
+    return torch.softmax(f, 1)
+
+
+def compare_outputs(f: torch.Tensor, g: torch.Tensor, space: str, task: str,
+                    output: str = "logits") -> dict[str, float]:
     """Error metrics of predicted outputs g against true outputs f (both (N, K))."""
     if space == "centered":
         f = f - f.mean(1, keepdim=True)
         g = g - g.mean(1, keepdim=True)
     rms = float(f.pow(2).mean().sqrt()) or 1e-300
+    pf, pg = api_outputs(f, output), api_outputs(g, output)
+    per = (pf - pg).abs().amax(1) if pf is not None else (f - g).abs().amax(1) / rms
+    per = torch.nan_to_num(per, nan=float("inf"))
     out = {"max_rel_error": float((f - g).abs().max()) / rms,
+           "output_error": float(torch.quantile(per, 0.99)) if len(per) else float("inf"),
            "normalized_loss": float((f - g).pow(2).mean() / f.pow(2).mean().clamp_min(1e-300))}
     if task != "regression":
         same = api_labels(f, "logits") == api_labels(g, "logits")
@@ -72,14 +105,21 @@ def compare_outputs(f: torch.Tensor, g: torch.Tensor, space: str, task: str) -> 
     return out
 
 
-def two_layer(model) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
-    """(A, b, W) of a Linear-ReLU-Linear victim, else None."""
+def layer_kinds(model) -> list[tuple[str, nn.Module]]:
+    """(kind, module) of every leaf module; TorchScript modules by their original class name."""
+    if not isinstance(model, nn.Module):
+        return []
     mods = [m for m in model.modules() if not list(m.children())]
-    kinds = [type(m) for m in mods]
-    if kinds != [nn.Linear, nn.ReLU, nn.Linear]:
+    return [(getattr(m, "original_name", type(m).__name__), m) for m in mods]
+
+
+def two_layer(model) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """(A, b, W) of a Linear-ReLU-Linear victim (eager or TorchScript), else None."""
+    leaves = [(k, m) for k, m in layer_kinds(model) if k not in ("Flatten", "Identity", "Dropout")]
+    if [k for k, _ in leaves] != ["Linear", "ReLU", "Linear"]:
         return None
-    a, w = mods[0], mods[2]
-    b = a.bias if a.bias is not None else torch.zeros(a.out_features, dtype=a.weight.dtype)
+    a, w = leaves[0][1], leaves[2][1]
+    b = a.bias if a.bias is not None else torch.zeros(a.weight.shape[0], dtype=a.weight.dtype)
     return a.weight.detach().double().cpu(), b.detach().double().cpu(), w.weight.detach().double().cpu()
 
 
@@ -106,16 +146,17 @@ def score_model(artifact, truth, info) -> dict[str, float]:
     net, space = artifact.data["model"], artifact.data.get("space", "raw")
     out: dict[str, float] = {}
     worst = 0.0
-    for name, x in eval_sets(truth, info).items():
-        m = compare_outputs(_eval(truth.model, x), _eval(net, x), space, info.task)
-        out[f"max_rel_error_{name}"] = m["max_rel_error"]
-        out[f"normalized_loss_{name}"] = m["normalized_loss"]
+    sets = eval_sets(truth, info)
+    for name, x in sets.items():
+        m = compare_outputs(_eval(truth.model, x), _eval(net, x), space, info.task, info.output)
+        for key, val in m.items():
+            out[f"{key}_{name}"] = val
         worst = max(worst, m["max_rel_error"])
-        if "agreement" in m:
-            out[f"agreement_{name}"] = m["agreement"]
+    held = "data" if "data" in sets else "domain"
     out["max_rel_error"] = worst
-    if "agreement_data" in out or "agreement_gaussian" in out:
-        out["agreement"] = out.get("agreement_data", out.get("agreement_gaussian", 0.0))
+    out["output_error"] = out[f"output_error_{held}"]
+    if f"agreement_{held}" in out:
+        out["agreement"] = out[f"agreement_{held}"]
     parts = two_layer(truth.model)
     if parts is not None and artifact.data.get("normals") is not None:
         out.update(match_units(*parts, artifact.data["normals"], artifact.data["offsets"]))

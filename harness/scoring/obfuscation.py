@@ -9,7 +9,7 @@ import torch
 
 from harness.attacks.gradients import api_labels
 from harness.scoring import scorer
-from harness.scoring.subspace import compare_subspaces, row_basis
+from harness.scoring.subspace import compare_subspaces, first_layer_of, row_basis
 
 
 def truth_labels(model, x: torch.Tensor) -> np.ndarray:
@@ -28,8 +28,9 @@ def score_obfuscation(artifact, truth, info) -> dict[str, float]:
     if truth.model is not None:
         a, b = truth_labels(truth.model, x), truth_labels(truth.model, x_obf)
         out["truth_prediction_kept"] = float((a == b).mean())
-    if truth.first_layer is not None:
-        u = row_basis(truth.first_layer)
+    first = first_layer_of(truth)
+    if first is not None:
+        u = row_basis(first)
         noise = (x_obf - x).double().numpy()
         inside = ((noise @ u.T) ** 2).sum(axis=1) / np.maximum((noise**2).sum(axis=1), 1e-300)
         out["noise_in_span"] = float(inside.mean())

@@ -36,11 +36,26 @@ def compare_subspaces(v: np.ndarray, u: np.ndarray) -> dict[str, float]:
     return {"max_principal_angle_deg": angle, "min_energy_in_span": energy}
 
 
+def first_layer_of(truth) -> torch.Tensor | None:
+    """The first layer's weight (k, d): the truth's, else the first Linear of the model, found by
+    class name so TorchScript modules count too."""
+    if getattr(truth, "first_layer", None) is not None:
+        return truth.first_layer
+    model = getattr(truth, "model", None)
+    if not isinstance(model, torch.nn.Module):
+        return None
+    for m in model.modules():
+        if getattr(m, "original_name", type(m).__name__) == "Linear" and not list(m.children()):
+            return m.weight.detach()
+    return None
+
+
 @scorer("subspace")
 def score_subspace(artifact, truth, info) -> dict[str, float]:
-    if truth.first_layer is None:
+    first = first_layer_of(truth)
+    if first is None:
         return {}
-    u = row_basis(truth.first_layer)
+    u = row_basis(first)
     v = np.asarray(artifact.data["basis"], dtype=np.float64).reshape(-1, u.shape[1] if len(u) else 1)
     out = {"true_rank": float(len(u))}
     out.update(compare_subspaces(v, u))

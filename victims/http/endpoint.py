@@ -123,6 +123,7 @@ def build_remote_victim(s: Any) -> Victim:
         input_low=pub["low"] if pub["low"] is not None else -3.0,
         input_high=pub["high"] if pub["high"] is not None else 3.0,
         device=device, dtype=torch.float64,
+        gradient_class=s.interface.gradient_class,
         input_domain_source=pub.get("domain_source", "assumed: ±3 (declare attacker.input_domain)"),
     )
     record: dict[str, Any] = {

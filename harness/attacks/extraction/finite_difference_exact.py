@@ -14,20 +14,26 @@ self-check are as in `gradient_exact`.
 What the interface must offer: real-valued predictions. Logits are used as they are;
 probabilities are turned back into logit differences — centred log-probabilities
 log p − mean(log p) equal the logits minus their mean (binary: log(p₁/p₀) is the logit) — so
-the model is recovered up to a per-input constant (scored as centred logits). Labels only,
-noisy or rounded outputs: the kinks or the self-check fail and the attack says so.
+the model is recovered up to a per-input constant (scored as centred logits).
+Precision: the answers' noise σ is estimated from queries (repeats and second differences);
+kinks count only where the value leaves the chord by 20σ, brackets stop shrinking where the
+bend sinks into the noise, and Jacobian steps grow with σ (harness/attacks/extraction/fd_rows.py).
+Where that is not enough (heavy rounding or noise) the self-check stays above the noise and
+the attack ends with `stopped_by: precision` and the model it reached, scored as usual.
 """
 
 from __future__ import annotations
 
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack
-from harness.attacks.extraction.gradient_exact import GradientExactParams, extract, judge_exact
+from harness.attacks.extraction.exact import extract
+from harness.attacks.extraction.fd_rows import FLOAT64_STEP
+from harness.attacks.extraction.fidelity import judge_fidelity
+from harness.attacks.extraction.gradient_exact import GradientExactParams
 
 
 class FiniteDifferenceParams(GradientExactParams):
-    fd_step: float = 1e-5  # forward-difference step, relative to max(1, |x|∞), capped inside the cell
-    eps: float | None = None  # bracket width before locating a kink; None: 1e-4 (float64) / 1e-2
+    fd_step: float = FLOAT64_STEP  # forward step for float64-clean answers (× max(1, |x|∞))
 
 
 @register
@@ -45,13 +51,7 @@ class FiniteDifferenceExact(Attack):
         return super().skip_reason(info)
 
     def run(self, oracle, params: FiniteDifferenceParams, ctx) -> Artifact:
-        if params.eps is None:
-            import torch
-
-            f64 = oracle.info.dtype == torch.float64
-            params = params.model_copy(update={"eps": 1e-4 if f64 else 1e-2,
-                                               "fd_step": params.fd_step if f64 else 1e-3})
         return extract(oracle, ctx, params, "values")
 
     def judge(self, m, artifact):
-        return judge_exact(m, artifact)
+        return judge_fidelity(m)

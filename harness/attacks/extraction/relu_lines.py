@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from harness.attacks.gradients import logit_signals
-from harness.errors import AttackFailed
+from harness.errors import AssumptionViolated
 
 
 class OutOfBudget(Exception):
@@ -56,9 +56,11 @@ def sinh_grid(n: int, span: float, device, dtype=torch.float64) -> torch.Tensor:
     return torch.sinh(s)
 
 
-def default_tol(oracle) -> float:
-    """Relative tolerance at which two answers count as different (float64 vs float32 APIs)."""
-    return 1e-9 if oracle.info.dtype == torch.float64 else 1e-4
+def lstsq(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Minimum-norm least squares a·x ≈ b, solved on the CPU in float64 (the SVD-based `gelsd`
+    driver exists only there) and returned on a's device: every device takes this one path."""
+    sol = torch.linalg.lstsq(a.detach().cpu().double(), b.detach().cpu().double(), driver="gelsd")
+    return sol.solution.to(a.device)
 
 
 @dataclass
@@ -113,7 +115,7 @@ def bisect_gradients(oracle, line: Line, grid: torch.Tensor, w_min: float, tol: 
         if not len(tl):
             break
         if len(tl) > max_open:
-            raise AttackFailed(
+            raise AssumptionViolated(
                 f"more than {max_open} gradient changes on one line: the gradient is not piecewise "
                 "constant (not a one-hidden-layer ReLU network, or noisy explanations)")
         tm = (tl + tr) / 2
@@ -128,37 +130,58 @@ def bisect_gradients(oracle, line: Line, grid: torch.Tensor, w_min: float, tol: 
     return k
 
 
-def bisect_values(oracle, line: Line, grid: torch.Tensor, w_min: float, tol: float,
+def bisect_values(oracle, line: Line, grid: torch.Tensor, w_min: float, noise,
                   max_open: int, max_rounds: int = 200) -> Kinks:
-    """Kinks of the piecewise-linear restriction F(u + t·v) from values alone: an interval is
-    kept while its midpoint is off the chord of its ends (paper 001's critical points; the
-    search is the value analogue of Alg. 1a). One predict call per round."""
+    """Kinks of the piecewise-linear restriction F(u + t·v) from values alone (paper 001's
+    critical points; the value analogue of Alg. 1a). An interval is bent when its midpoint
+    leaves the chord of its ends by more than the answers' noise allows (20σ, σ estimated from
+    the answers, `noise.at`: it grows with |x|); a bent interval is halved by asking its two
+    quarter points (one predict call per round for all brackets) and kept while a half is
+    still visibly bent. It is final when narrower than w_min·max(1, |t|), or when neither half
+    shows the bend above the noise (the narrowest bracket the answers' precision allows:
+    `locate` then intersects the pieces)."""
     f = ask(oracle, line.at(grid))
     scale = torch.nan_to_num(f, nan=0.0).abs().max().item() + 1e-300
-    tl, tr, fl, fr = grid[:-1], grid[1:], f[:-1], f[1:]
+
+    def bent(fa, fm, fb, tm):
+        local = torch.maximum(fa.abs().amax(1), fb.abs().amax(1)) + scale * 1e-6
+        dev = torch.nan_to_num((fm - (fa + fb) / 2).abs().amax(dim=1), nan=0.0)
+        return dev > torch.maximum(1e-12 * local, 20 * noise.at(line.at(tm)))
+
+    tm = (grid[:-1] + grid[1:]) / 2
+    fm = ask(oracle, line.at(tm))
+    keep = bent(f[:-1], fm, f[1:], tm)
+    tl, tr, fl, fr, fm = grid[:-1][keep], grid[1:][keep], f[:-1][keep], f[1:][keep], fm[keep]
     done: list[tuple[torch.Tensor, ...]] = []
-    rounds = 0
-    while len(tl) and rounds < max_rounds:
-        tm = (tl + tr) / 2
-        fm = ask(oracle, line.at(tm))
-        rounds += 1
-        local = torch.maximum(fl.abs().amax(1), fr.abs().amax(1)) + scale * 1e-6
-        bent = (fm - (fl + fr) / 2).abs().amax(dim=1) > tol * local
-        tl, tr, fl, fr, tm, fm = tl[bent], tr[bent], fl[bent], fr[bent], tm[bent], fm[bent]
+    rounds, complete = 1, True
+    while len(tl):
         narrow = (tr - tl) <= w_min * torch.maximum(tl.abs(), tr.abs()).clamp_min(1.0)
+        if rounds >= max_rounds:
+            narrow[:] = True
+            complete = False
         done.append((tl[narrow], tr[narrow], fl[narrow], fr[narrow]))
-        tl, tr, fl, fr, tm, fm = (a[~narrow] for a in (tl, tr, fl, fr, tm, fm))
+        tl, tr, fl, fr, fm = (a[~narrow] for a in (tl, tr, fl, fr, fm))
+        if not len(tl):
+            break
         if len(tl) > max_open:
-            raise AttackFailed(
+            raise AssumptionViolated(
                 f"more than {max_open} kinks on one line: the outputs are not piecewise linear "
                 "(not a one-hidden-layer ReLU network, or noisy/rounded outputs)")
-        tl, tr, fl, fr = (torch.cat([tl, tm]), torch.cat([tm, tr]), torch.cat([fl, fm]),
-                          torch.cat([fm, fr]))
-    cols = [torch.cat(c) if c else torch.zeros(0) for c in zip(*done, strict=True)] if done else []
-    if not cols:
+        mid = (tl + tr) / 2
+        q = ask(oracle, line.at(torch.cat([(tl + mid) / 2, (mid + tr) / 2])))
+        rounds += 1
+        q1, q3 = q[: len(tl)], q[len(tl):]
+        left, right = bent(fl, q1, fm, (tl + mid) / 2), bent(fm, q3, fr, (mid + tr) / 2)
+        lost = ~left & ~right  # the bend sank into the noise: this bracket is as narrow as it gets
+        done.append((tl[lost], tr[lost], fl[lost], fr[lost]))
+        tl, tr, fl, fr, fm = (torch.cat([tl[left], mid[right]]), torch.cat([mid[left], tr[right]]),
+                              torch.cat([fl[left], fm[right]]), torch.cat([fm[left], fr[right]]),
+                              torch.cat([q1[left], q3[right]]))
+    cols = [torch.cat(c) for c in zip(*done, strict=True)] if done else []
+    if not cols or not len(cols[0]):
         z = grid[:0]
-        return Kinks(z, z, f[:0], f[:0], rounds)
-    k = Kinks(*cols, rounds=rounds)
+        return Kinks(z, z, f[:0], f[:0], rounds, complete)
+    k = Kinks(*cols, rounds=rounds, complete=complete)
     order = torch.argsort(k.tl)
     k.tl, k.tr, k.left, k.right = k.tl[order], k.tr[order], k.left[order], k.right[order]
     return k
@@ -194,31 +217,36 @@ def canonical(normals: torch.Tensor, offsets: torch.Tensor) -> tuple[torch.Tenso
     return n * sign, b * sign[:, 0]
 
 
-def dedupe(n: torch.Tensor, b: torch.Tensor, tol: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Drop hyperplanes equal (within tol) to an earlier one."""
-    if len(n) == 0:
-        return n, b
-    dist = torch.cdist(torch.cat([n, b[:, None]], 1), torch.cat([n, b[:, None]], 1))
+def dedupe(n: torch.Tensor, b: torch.Tensor, tol: float) -> torch.Tensor:
+    """Mask of hyperplanes to keep: each one not equal (within tol) to an earlier one."""
     keep = torch.ones(len(n), dtype=torch.bool, device=n.device)
+    if len(n) == 0:
+        return keep
+    pts = torch.cat([n, b[:, None]], 1)
+    dist = torch.cdist(pts, pts)
+    later = torch.arange(len(n), device=n.device)
     for i in range(len(n)):  # O(h) over hyperplanes, not over queries
         if keep[i]:
-            dup = (dist[i] < tol) & (torch.arange(len(n), device=n.device) > i)
-            keep &= ~dup
-    return n[keep], b[keep]
+            keep &= ~((dist[i] < tol) & (later > i))
+    return keep
 
 
 class ReluNet(nn.Module):
-    """f(x) = P·ReLU(N x + b) + Q·(N x + b) + c: the extracted model (float64)."""
+    """f(x) = P·ReLU(N x + b) + Q·(N x + b) + S·x + c: the extracted model (float64). S is a
+    linear term for what the units found do not explain (zero for a complete extraction)."""
 
     def __init__(self, normals: torch.Tensor, offsets: torch.Tensor, p: torch.Tensor,
-                 q: torch.Tensor, c: torch.Tensor):
+                 q: torch.Tensor, c: torch.Tensor, skip: torch.Tensor | None = None):
         super().__init__()
-        for name, val in dict(normals=normals, offsets=offsets, p=p, q=q, c=c).items():
+        if skip is None:
+            skip = normals.new_zeros(p.shape[0], normals.shape[1])
+        for name, val in dict(normals=normals, offsets=offsets, p=p, q=q, c=c, skip=skip).items():
             self.register_buffer(name, val.detach().to(torch.float64).clone())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = x.reshape(len(x), -1).to(self.normals) @ self.normals.T + self.offsets
-        return torch.relu(y) @ self.p.T + y @ self.q.T + self.c
+        x = x.reshape(len(x), -1).to(self.normals)
+        y = x @ self.normals.T + self.offsets
+        return torch.relu(y) @ self.p.T + y @ self.q.T + x @ self.skip.T + self.c
 
     def first_layer(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Hidden units that matter (nonzero output weight): (normals, offsets)."""
@@ -255,12 +283,40 @@ def fit_output(oracle, n: torch.Tensor, b: torch.Tensor, gen: torch.Generator,
     x, y = x[keep], y[keep]
     phi = features(x, n, b)
     col = phi.norm(dim=0).clamp_min(1e-300)
-    sol = torch.linalg.lstsq(phi / col, y, driver="gelsd")
-    coef = sol.solution / col[:, None]
+    coef = lstsq(phi / col, y) / col[:, None]
     s = torch.linalg.svdvals(phi / col)
     cond = float(s[0] / s[-1]) if len(s) and s[-1] > 0 else float("inf")
     h = len(n)
     return ReluNet(n, b, coef[:h].T, coef[h:2 * h].T, coef[2 * h]), cond
+
+
+def output_from_jumps(oracle, n: torch.Tensor, b: torch.Tensor, p: torch.Tensor,
+                      gen: torch.Generator, points: int = 32) -> ReluNet:
+    """A one-output network whose output layer comes from gradients (paper 000 Alg. 1b without
+    the sign system): unit i's output weight is its gradient jump p (signed, see `jump_weights`),
+    the linear term S is what one explained gradient leaves after the active units' p·n, and only
+    the output bias c needs predictions (their median residual over `points` fresh queries, so
+    rounded or noisy predictions cost the bias no more than their own error)."""
+    x0 = torch.randn(1, n.shape[1], generator=gen, dtype=torch.float64).to(n.device)
+    g0 = ask(oracle, x0, "explain")[0]
+    on = ((x0 @ n.T + b)[0] > 0).to(p.dtype)
+    skip = (g0 - (p * on) @ n)[None]
+    zero = n.new_zeros(1, len(n))
+    net = ReluNet(n, b, p[None], zero, n.new_zeros(1), skip)
+    xc = torch.randn(points, n.shape[1], generator=gen, dtype=torch.float64).to(n.device)
+    y = ask(oracle, xc)
+    keep = ~y.isnan().any(1)
+    with torch.no_grad():
+        res = (y[keep] - net(xc[keep]))[:, 0]
+    net.c.fill_(float(res.median()) if len(res) else 0.0)
+    return net
+
+
+def jump_weights(jumps: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Output weight of each unit from its gradient jump δ along direction v: p = |δ|·sign(δ·v)
+    (crossing into the unit's active side along v adds p·n to the gradient, whichever way the
+    normal n is oriented: ReLU(−z) = ReLU(z) − z)."""
+    return jumps.norm(dim=1) * torch.sign(jumps @ v)
 
 
 def self_check(oracle, net: ReluNet, x: torch.Tensor) -> tuple[float, torch.Tensor]:

@@ -9,9 +9,9 @@ error for regression), or, when the API explains, the joint ℓ_G + λ·ℓ_M wi
 (`gradient_of`: predicted class, a fixed class, or the sum). SmoothGrad explanations are
 matched as if they were raw gradients (App. D: the paper sees no loss from it).
 
-The surrogate class is an MLP: the victim's widths when the scenario names an MLP ("same
-class"), else `hidden` (the paper's "unknown model class", Sec. 5.2). Snapshots are taken at
-1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 70, 100, … points (warm-started, `steps` full-batch Adam
+The surrogate class is an MLP: the victim's widths when the attacker is declared to know the
+architecture (`attacker.knows_architecture`, or a white-box release; "same class"), else
+`hidden` (the paper's "unknown model class", Sec. 5.2). Snapshots are taken at 1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 70, 100, … points (warm-started, `steps` full-batch Adam
 steps each); the scorer turns them into the fidelity/accuracy curve vs oracle queries. Beyond
 the paper: ℓ_G is normalised by the mean squared gradient norm so λ is scale-free, and queries
 are counted as the oracle counts them (a point with its explanation costs 2).
@@ -28,7 +28,7 @@ from torch import nn
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
 from harness.attacks.gradients import api_labels
-from harness.errors import AttackFailed
+from harness.errors import AssumptionViolated
 
 GRID = (1, 2, 3, 5, 7)
 
@@ -104,7 +104,7 @@ class Surrogate(Attack):
         info, dev = oracle.info, oracle.device
         joint = p.loss == "joint" or (p.loss == "auto" and oracle.offers("explain"))
         if joint and not oracle.offers("explain"):
-            raise AttackFailed("loss: joint needs an explanation API; this one only predicts")
+            raise AssumptionViolated("loss: joint needs an explanation API; this one only predicts")
         cost = 2 if joint else 1
         limit = p.max_queries if oracle.remaining is None else min(p.max_queries, oracle.remaining)
         n_max = limit // cost
@@ -124,7 +124,8 @@ class Surrogate(Attack):
             x_all = torch.randn(n_max, info.dim, generator=ctx.gen, dtype=torch.float64).to(dev)
         n_max = len(x_all)
         if n_max == 0:
-            raise AttackFailed(f"the budget ({oracle.remaining}) allows no surrogate query")
+            raise AssumptionViolated(f"the budget ({oracle.remaining}) allows no surrogate query",
+                                     stopped_by="budget")
         hidden = p.hidden or self._victim_widths(ctx)
         k = max(1, info.n_outputs)
         torch.manual_seed(ctx.seed)
@@ -133,9 +134,7 @@ class Surrogate(Attack):
         xs, ys, gs = [], [], []
         snaps: list[tuple[int, int, nn.Module]] = []
         have = 0
-        scen = ctx.scenario
-        of = scen.interface.gradient_of if scen is not None else info.gradient_of
-        cls = scen.interface.gradient_class if scen is not None else 0
+        of, cls = info.gradient_of, info.gradient_class  # what the API documents it explains
         bar = ctx.progress("surrogate: snapshots", len(checkpoints(n_max))) if ctx.progress else None
         for n in checkpoints(n_max):
             new = x_all[have:n]
@@ -148,26 +147,31 @@ class Surrogate(Attack):
             g = torch.cat(gs) if joint else None
             self._train(net, opt, x, y, g, p, info, of, cls, joint)
             snaps.append((n * cost, n, copy.deepcopy(net).eval()))
+            ctx.keep(Artifact("surrogate", data={"snapshots": list(snaps), "model": snaps[-1][2],
+                                                 "outdir": ctx.outdir, "joint": joint,
+                                                 "source": source, "task": info.task},
+                              metrics={"points": float(n)},
+                              progress=f"trained on {n} of {n_max} points"))
             if bar is not None:
                 bar.update(1)
         if bar is not None:
             bar.close()
-        outcome, reason = "ok", ""
+        stopped, reason = None, ""
         if n_max * cost < p.max_queries and n_max * cost < limit - cost + 1:
-            outcome = "partial"
-            reason = f"the attacker pool held only {n_max} points ({n_max * cost} queries)"
+            notes.append(f"the attacker pool held only {n_max} points ({n_max * cost} queries)")
         elif oracle.remaining is not None and n_max * cost < p.max_queries:
-            outcome, reason = "partial", f"query budget allowed {n_max * cost} of {p.max_queries}"
+            stopped, reason = "budget", f"query budget allowed {n_max * cost} of {p.max_queries}"
         data = {"snapshots": snaps, "model": snaps[-1][2], "outdir": ctx.outdir,
                 "joint": joint, "source": source, "task": info.task}
         metrics = {"points": float(n_max), "queries_per_point": float(cost),
                    "surrogate_params": float(sum(q.numel() for q in net.parameters()))}
-        return Artifact("surrogate", data=data, metrics=metrics, outcome=outcome, reason=reason,
-                        notes=notes + [f"surrogate MLP {hidden}, queries from {source}"])
+        return Artifact("surrogate", data=data, metrics=metrics, stopped_by=stopped, reason=reason,
+                        notes=notes + [f"surrogate MLP {hidden}, queries from {source}"],
+                        progress=f"trained on {n_max} points")
 
     @staticmethod
     def _victim_widths(ctx) -> list[int]:
-        spec = getattr(getattr(ctx.scenario, "victim", None), "model", None)
+        spec = ctx.threat.architecture if ctx.threat is not None else None  # declared only
         if spec is not None and spec.arch == "mlp":
             return list(spec.hidden)
         return [64]
@@ -197,7 +201,9 @@ class Surrogate(Attack):
     def judge(self, m, artifact):
         q = int(m.get("queries", 0))
         if "fidelity" not in m:
-            return "medium", f"a surrogate was trained on {q} queries (no truth to compare)"
+            from harness.attacks.extraction.fidelity import judge_fidelity
+
+            return judge_fidelity(m, "surrogate")
         fid = m["fidelity"]
         if fid >= 0.95:
             q95 = int(m.get("queries_to_95", q))

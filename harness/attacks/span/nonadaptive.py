@@ -13,10 +13,14 @@ are often zero (dead paths) and their rank grows slowly, so a fixed round count 
 and under-report what more samples leak; the relative window keeps sampling while the rank still
 grows (bounded by `max_samples` and the budget). `zero_gradients` reports the dead share.
 
-A noisy or rounded API blurs the spectrum. When the gap at `rtol` is unclear but the spectrum has
-a clear gap (≥ `min_gap`) higher up (a noise floor above rtol), the rank is read at that gap and
-the note says so; when no gap is clear anywhere the result is reported as unreliable (partial),
-never as a rank.
+A noisy or rounded API blurs the spectrum. Through `predict`, the answers' noise σ is estimated
+from queries (repeats and second differences, `estimate_noise`; never the victim's declared
+dtype), the step is √(σ/|F|) of the input scale, and singular values below the noise floor of
+the finite-difference matrix (3·√2·σ/s·(√rows + √d)) do not count (float32 answers: the rank
+is read above their noise instead of "the whole input space"). When the gap at `rtol` is
+unclear but a clear gap (≥ `min_gap`) lies higher up, the rank is read there; when no gap is
+clear anywhere the attack ends with `stopped_by: precision` and the subspace it has (scored as
+usual). The subspace so far is kept (`ctx.keep`) after every round.
 """
 
 from __future__ import annotations
@@ -26,8 +30,8 @@ from pydantic import Field
 
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
-from harness.attacks.gradients import cost_per_point, gradient_rows
-from harness.errors import AttackFailed
+from harness.attacks.gradients import AnswerNoise, cost_per_point, estimate_noise, fd_step, gradient_rows
+from harness.errors import AssumptionViolated, PrecisionLimit
 
 
 class SpanParams(Params):
@@ -41,31 +45,12 @@ class SpanParams(Params):
     max_heldout_residual: float = Field(default=1e-2, gt=0)  # fresh gradients this close to span
 
 
-def probe_answers(oracle, gen: torch.Generator) -> tuple[float | None, list[str]]:
-    """For finite differences: a step matched to what the answers reveal (4 queries: two points,
-    each asked twice), and notes. Repeated answers that differ mean output noise of size σ̂: the
-    step grows to √σ̂. Answers on a decimal grid 10⁻ᵏ mean rounding: the step grows to 10³⁻ᵏ.
-    Returns (step or None for the default, notes); raises AttackFailed when no step ≤ 0.1 fits."""
-    need = 4 + 2 * (oracle.info.dim + 1)  # worth it only if two gradient points remain after
-    if oracle.affordable(need) < need:
-        return None, []
-    x = torch.randn(2, oracle.info.dim, generator=gen, dtype=torch.float64).to(oracle.device)
-    y = oracle.predict(torch.cat([x, x])).reshape(4, -1).double()
-    diff = (y[:2] - y[2:]).abs()
-    if float(diff.max()) > 0:
-        sigma = float(diff.pow(2).mean().sqrt()) / 2**0.5
-        step = sigma**0.5
-        note = f"answers are noisy (σ ≈ {sigma:.2g} from repeated queries): step {step:.2g}"
-    else:
-        k = next((k for k in range(13) if bool(torch.all(torch.round(y, decimals=k) == y))), None)
-        if k is None or k >= 9:
-            return None, []
-        step = 10.0 ** (3 - k)
-        note = f"answers are rounded to {k} decimals: step {step:.2g}"
-    if step > 0.1:
-        raise AttackFailed(f"{note.split(':')[0]}: finite differences would need a step of "
-                           f"{step:.2g}, too coarse to read gradients")
-    return step, [note]
+def noise_floor(noise: AnswerNoise, step: float, x_inf: float, rows: int, d: int) -> float:
+    """Largest singular value that finite-difference noise alone gives a rows × d gradient
+    matrix: entries carry √2·σ/s (σ the answers' noise, s the absolute step), and an i.i.d.
+    matrix's top singular value is about σ_entry·(√rows + √d); 3× that is the floor."""
+    entry = 2**0.5 * noise.sigma / (step * max(1.0, x_inf))
+    return 3 * entry * (rows**0.5 + d**0.5)
 
 
 def heldout_residual(rows: torch.Tensor, last: int, r: int) -> float:
@@ -98,10 +83,22 @@ def gap_at(s: torch.Tensor, r: int) -> float:
     return float(s[r - 1] / s[r]) if float(s[r]) > 0 else float("inf")
 
 
-def gap_rank(s: torch.Tensor, rtol: float, min_gap: float) -> tuple[int, float, str]:
-    """(rank, gap, how): the numerical rank at rtol when its gap is clear ("rtol"); else the
-    largest clear gap higher in the spectrum ("largest_gap"); else rtol's rank ("unclear")."""
+def gap_rank(s: torch.Tensor, rtol: float, min_gap: float, floor: float = 0.0
+             ) -> tuple[int, float, str]:
+    """(rank, gap, how): the numerical rank at rtol (and above the noise floor) when its gap is
+    clear ("rtol"); else the largest clear gap higher in the spectrum ("largest_gap"); else
+    rtol's rank ("unclear"). With a noise floor (finite differences), a single dominant gap
+    above it (≥ 4 and twice any other ratio there: float32 answers and the occasional step over
+    a kink leave no gap of 100) sets the rank ("noise_gap")."""
     r = numerical_rank(s, rtol)
+    if floor > 0:  # above the noise floor, the rank sits at the spectrum's one dominant gap
+        top = s[: int((s > floor).sum()) + 1]
+        if len(top) >= 2 and float(top[-1]) > 0:
+            ratios = (top[:-1] / top[1:].clamp_min(1e-300)).sort(descending=True)
+            best, nxt = float(ratios.values[0]), float(ratios.values[1]) if len(top) > 2 else 1.0
+            if best >= 4 and best >= 2 * nxt:
+                return int(ratios.indices[0]) + 1, best, "noise_gap"
+        r = min(r, len(top) - 1)
     g = gap_at(s, r)
     if r == 0 or g >= min_gap:
         return r, g, "rtol"
@@ -132,13 +129,25 @@ class SpanNonAdaptive(Attack):
         d = oracle.info.dim
         per_point = cost_per_point(oracle)
         max_samples = params.max_samples or 2 * d + 20
-        step, notes = params.fd_step, []
-        if step is None and not oracle.offers("explain"):
-            step, notes = probe_answers(oracle, ctx.gen)
+        step, notes, noise = params.fd_step, [], None
+        fd = not oracle.offers("explain")
+        if fd:
+            if oracle.affordable(32 + per_point) < 32 + per_point:
+                raise AssumptionViolated(f"the budget ({oracle.remaining}) allows no gradient point "
+                                         f"({per_point} queries, after 32 noise probes)",
+                                         stopped_by="budget")
+            noise = estimate_noise(oracle, ctx.gen)
+            step = step or fd_step(noise)
+            notes.append(f"{noise.describe()}; finite-difference step {step:.2g}")
+            if step >= 0.1:
+                empty = Artifact("subspace", data={"basis": torch.zeros(0, d, dtype=torch.float64)},
+                                 metrics={"recovered_rank": 0.0}, progress="no gradient read")
+                raise PrecisionLimit(f"{noise.describe()}: finite differences would need a step "
+                                     f"of {step:.2g}, too coarse to read gradients", artifact=empty)
         rows: list[torch.Tensor] = []
         ranks: list[int] = []
         seen: list[int] = []
-        samples, stalled, path, how, gap = 0, 0, "explain", "rtol", 0.0
+        samples, stalled, path, how, gap, x_inf = 0, 0, "explain", "rtol", 0.0, 1.0
         s = torch.zeros(0, dtype=torch.float64)
         vh = torch.zeros(0, d, dtype=torch.float64)
         bar = ctx.progress("span: gradient samples", max_samples) if ctx.progress else None
@@ -147,15 +156,18 @@ class SpanNonAdaptive(Attack):
             if n <= 0:
                 break
             g = torch.randn(n, d, generator=ctx.gen, dtype=torch.float64).to(oracle.device)
+            x_inf = float(g.abs().amax(1).median())
             new, path = gradient_rows(oracle, g, step)
             rows.append(new)
             samples += n
             if bar:
                 bar.update(n)
             s, vh = spectrum(torch.cat(rows))
-            r, gap, how = gap_rank(s, params.rtol, params.min_gap)
+            floor = noise_floor(noise, step, x_inf, sum(map(len, rows)), d) if fd else 0.0
+            r, gap, how = gap_rank(s, params.rtol, params.min_gap, floor)
             ranks.append(r)
             seen.append(samples)
+            ctx.keep(self._artifact(rows, vh, s, r, gap, seen, ranks, per_point, path, notes))
             if r >= d:
                 break
             stalled = stalled + 1 if len(ranks) > 1 and ranks[-1] <= ranks[-2] else 0
@@ -164,53 +176,53 @@ class SpanNonAdaptive(Attack):
         if bar:
             bar.close()
         if not rows:
-            raise AttackFailed(f"the budget allows no gradient point ({per_point} queries each)")
+            raise AssumptionViolated(f"the budget allows no gradient point ({per_point} queries "
+                                     "each)", stopped_by="budget")
         r = ranks[-1]
-        all_rows = torch.cat(rows)
-        zero = float((all_rows.abs().amax(dim=1) == 0).double().mean())
-        resid = heldout_residual(all_rows, len(rows[-1]), r) if len(rows) > 1 else 0.0
-        metrics = {
-            "recovered_rank": float(r),
-            "samples": float(samples),
-            "queries_per_gradient": float(per_point),
-            "spectral_gap": gap,
-            "zero_gradients": zero,
-            "heldout_residual": resid,
-        }
-        art = Artifact("subspace", data={"basis": vh[:r].cpu(), "singular_values": s.cpu()},
-                       metrics=metrics, notes=[f"gradients via {path}", *notes])
-        art.data["curves"] = {"recovered_rank_vs_samples": list(zip(seen, map(float, ranks),
-                                                                    strict=True))}
+        art = self._artifact(rows, vh, s, r, gap, seen, ranks, per_point, path, notes)
+        resid = art.metrics["heldout_residual"]
         if how == "largest_gap":
             art.notes.append(f"noise floor above rtol = {params.rtol}: rank read at the largest "
                              f"spectral gap ({gap:.3g})")
         stopped = stalled >= params.patience and self._flat(ranks, seen, params.growth_window)
         if r == 0:
-            art.outcome, art.reason = "failed", "all gradients were zero"
+            art.stopped_by, art.reason = "assumption", "all gradients were zero (a dead network?)"
         elif r >= d:
-            art.outcome = "failed"
+            art.stopped_by = "precision"
             art.reason = ("the gradients span the whole input space: the first layer has full rank, "
                           "or the answers are too noisy to separate a subspace")
-            # the attacker stands behind no subspace: report rank 0, keep the numerical rank
-            metrics.update(recovered_rank=0.0, numerical_rank=float(r))
-            art.data["basis"] = vh[:0].cpu()
         elif how == "unclear":
-            art.outcome = "partial"
+            art.stopped_by = "precision"
             art.reason = (f"no clear spectral gap (σ_r/σ_r+1 = {gap:.3g} < {params.min_gap}): "
                           "outputs are noisy or rounded, the rank estimate is unreliable")
         elif resid > params.max_heldout_residual:
-            art.outcome = "partial"
+            art.stopped_by = "precision"
             grew = len(ranks) > 1 and ranks[-1] > ranks[-2]
             art.reason = (f"the last {len(rows[-1])} gradients keep {resid:.2g} of their energy "
                           "outside the span of the earlier ones: "
                           + ("the rank is still growing (more samples may leak more)" if grew else
                              "the answers are noisy or rounded, the subspace is unreliable"))
         elif oracle.remaining is not None and samples < max_samples and not stopped:
-            art.outcome = "partial"
-            art.reason = f"budget exhausted after {samples} gradient points"
+            art.stopped_by = "budget"
+            art.reason = f"budget exhausted after {samples} gradient points (rank still growing?)"
         elif samples >= max_samples and not stopped:
             art.notes.append(f"the rank was still growing at max_samples = {max_samples}: more "
                              "samples may leak more")
+        return art
+
+    @staticmethod
+    def _artifact(rows, vh, s, r, gap, seen, ranks, per_point, path, notes) -> Artifact:
+        all_rows = torch.cat(rows)
+        zero = float((all_rows.abs().amax(dim=1) == 0).double().mean())
+        resid = heldout_residual(all_rows, len(rows[-1]), r) if len(rows) > 1 else 0.0
+        metrics = {"recovered_rank": float(r), "samples": float(seen[-1]),
+                   "queries_per_gradient": float(per_point), "spectral_gap": gap,
+                   "zero_gradients": zero, "heldout_residual": resid}
+        art = Artifact("subspace", data={"basis": vh[:r].cpu(), "singular_values": s.cpu()},
+                       metrics=metrics, notes=[f"gradients via {path}", *notes],
+                       progress=f"rank {r} after {seen[-1]} gradient points")
+        art.data["curves"] = {"recovered_rank_vs_samples": list(zip(seen, map(float, ranks),
+                                                                    strict=True))}
         return art
 
     @staticmethod
@@ -221,17 +233,26 @@ class SpanNonAdaptive(Attack):
         return bool(before) and before[-1] >= ranks[-1]
 
     def judge(self, m, artifact):
-        q = int(m.get("queries", 0))
-        if "true_rank" not in m:
-            r = int(m["recovered_rank"])
-            lvl = "high" if artifact.outcome == "ok" and r > 0 else "medium"
-            return lvl, f"a rank-{r} subspace was recovered in {q} queries (no truth to compare)"
-        r, k, ang = int(m["recovered_rank"]), int(m["true_rank"]), m["max_principal_angle_deg"]
-        if r > k:
-            return "low", (f"the recovered rank {r} exceeds the true rank {k}: noise, not the span "
-                           f"({q} queries)")
-        if r >= k and ang < 1.0:
-            return "high", f"the full first-layer span (rank {k}) leaked in {q} queries"
-        if r >= k / 2 and ang < 5.0:
-            return "medium", f"{r} of {k} span dimensions leaked in {q} queries (angle {ang:.2g}°)"
-        return "low", f"span recovery got {r} of {k} dimensions, max angle {ang:.2g}° ({q} queries)"
+        return judge_span(m)
+
+
+def judge_span(m: dict[str, float]) -> tuple[str, str]:
+    """Risk from the scored subspace: against the true first layer when there is one, else from
+    how much of fresh held-out gradients the recovered span holds (black-box endpoints)."""
+    q, r = int(m.get("queries", 0)), int(m.get("recovered_rank", 0))
+    if "true_rank" not in m:
+        e = m.get("blackbox_heldout_energy")
+        if e is None or r == 0:
+            return "low", f"a rank-{r} subspace, not verifiable against the truth ({q} queries)"
+        lvl = "high" if e >= 0.999 else "medium" if e >= 0.99 else "low"
+        return lvl, (f"a rank-{r} subspace holding {e:.2%} of fresh gradients' energy was "
+                     f"recovered in {q} queries (no truth to compare)")
+    k, ang = int(m["true_rank"]), m.get("max_principal_angle_deg", 90.0)
+    if r > k:
+        return "low", (f"the recovered rank {r} exceeds the true rank {k}: noise, not the span "
+                       f"({q} queries)")
+    if r >= k and ang < 1.0:
+        return "high", f"the full first-layer span (rank {k}) leaked in {q} queries"
+    if r >= k / 2 and ang < 5.0:
+        return "medium", f"{r} of {k} span dimensions leaked in {q} queries (angle {ang:.2g}°)"
+    return "low", f"span recovery got {r} of {k} dimensions, max angle {ang:.2g}° ({q} queries)"

@@ -27,7 +27,7 @@ from harness.attacks.base import Artifact, Attack, Params
 from harness.attacks.gradients import api_labels
 from harness.attacks.span.nonadaptive import SpanNonAdaptive, SpanParams
 from harness.attacks.span.threshold import SpanThreshold, ThresholdParams
-from harness.errors import AttackFailed
+from harness.errors import AssumptionViolated, AttackStopped
 
 
 class ObfuscationParams(Params):
@@ -91,30 +91,39 @@ class Obfuscation(Attack):
         atk = SpanThreshold() if kind == "threshold" else SpanNonAdaptive()
         reason = atk.skip_reason(oracle.info)
         if reason:
-            raise AttackFailed(f"span recovery ({atk.name}) cannot run here: {reason}")
+            raise AssumptionViolated(f"span recovery ({atk.name}) cannot run here: {reason}")
         cls = ThresholdParams if kind == "threshold" else SpanParams
         try:
             params = cls.model_validate(p.recovery_params)
         except Exception as exc:  # noqa: BLE001 - a bad nested param is an honest failure
-            raise AttackFailed(f"recovery_params for {atk.name}: {exc}") from None
-        return atk.name, atk.run(oracle, params, ctx)
+            raise AssumptionViolated(f"recovery_params for {atk.name}: {exc}") from None
+        try:
+            return atk.name, atk.run(oracle, params, ctx)
+        except AttackStopped as exc:
+            art = exc.artifact or ctx.best
+            if art is None:
+                raise
+            art.stopped_by, art.reason = exc.stopped_by, str(exc)
+            return atk.name, art
 
     def run(self, oracle, params: ObfuscationParams, ctx) -> Artifact:
         pool = oracle.info.x_pool
         if pool is None or len(pool) == 0:
-            raise AttackFailed("the attacker has no inputs of its own to obfuscate (empty pool)")
+            raise AssumptionViolated("the attacker has no inputs of its own to obfuscate (empty pool)")
         x = pool[: params.images].to(oracle.device, torch.float64).reshape(-1, oracle.info.dim)
         ratios = sorted(params.ratios)
         reserve = len(x) * (1 + 2 * len(ratios))
         if oracle.affordable(reserve) < reserve:
-            raise AttackFailed(f"the budget cannot pay for the {reserve} prediction queries")
+            raise AssumptionViolated(f"the budget cannot pay for the {reserve} prediction queries",
+                                     stopped_by="budget")
         q0 = oracle.queries
         name, span = self._recover(Reserved(oracle, reserve), params, ctx)
         recovery_queries = oracle.queries - q0
         basis = span.data.get("basis", torch.zeros(0, oracle.info.dim)).to(oracle.device,
                                                                             torch.float64)
-        if span.outcome == "failed" or len(basis) == 0:
-            raise AttackFailed(f"span recovery ({name}) failed: {span.reason}")
+        if len(basis) == 0:
+            raise AttackStopped(f"span recovery ({name}) found no direction: {span.reason}",
+                                stopped_by=span.stopped_by or "assumption")
         noisy = [complement_noise(basis, x, r, ctx.gen, project=pr) for pr in (True, False)
                  for r in ratios]
         y = api_labels(oracle.predict(torch.cat([x, *[x + n for n in noisy]])), oracle.output)
@@ -142,13 +151,12 @@ class Obfuscation(Attack):
                     "labels_obfuscated": rest[i].cpu(),
                     "curves": {"obfuscation_kept_vs_ratio_pct": [
                         (int(round(100 * r)), float(k)) for r, k in zip(ratios, kept_proj, strict=True)]}}
-        if span.outcome != "ok":
-            art.outcome = "partial"
-            art.reason = f"span recovery was partial ({span.reason})"
+        if span.stopped_by is not None:
+            art.stopped_by = span.stopped_by
+            art.reason = f"span recovery stopped ({span.reason})"
         if not ok:
-            art.outcome = "partial"
-            art.reason = (f"no ratio kept {params.keep_target:.0%} of predictions "
-                          f"(at {ratios[0]:g}: {float(kept_proj[0]):.0%})")
+            art.notes.append(f"no ratio kept {params.keep_target:.0%} of predictions "
+                             f"(at {ratios[0]:g}: {float(kept_proj[0]):.0%})")
         if params.plot and len(oracle.info.input_shape) >= 2:
             art.files["obfuscation.png"] = plot_grid(
                 x.cpu(), x_obf.cpu(), base.cpu(), rest[i].cpu(), oracle.info.input_shape, chosen,

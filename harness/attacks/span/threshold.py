@@ -40,13 +40,14 @@ import torch
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
 from harness.attacks.gradients import api_labels
-from harness.errors import AttackFailed
+from harness.attacks.span.nonadaptive import judge_span
+from harness.errors import AssumptionViolated, PrecisionLimit
 
 
 class ThresholdParams(Params):
     max_vectors: int | None = None  # stop after this many vectors (default: input dim − 1)
     probes: int = 64  # Gaussian probes per search for a label change
-    step: float | None = None  # h, × input scale; default 1e-5 (float64 victim) or 1e-3 (else)
+    step: float | None = None  # h, × input scale; None: 1e-5, ×10 (to 1e-3) while the boundary is too rough
     bracket: float = 64.0  # crossings are searched within ±bracket·h (max slope ratio)
     bisect_steps: int = 24  # bisection steps per crossing
     boundary_tol: float = 1e-2  # x₀ is placed within boundary_tol·h of the boundary
@@ -149,7 +150,8 @@ def seed_points(oracle, n: int, scale: float, p: ThresholdParams, gen: torch.Gen
     pts = torch.cat([c * scale * torch.randn(p.probes, n, generator=gen, dtype=torch.float64)
                      for c in p.probe_scales]).to(oracle.device)
     if oracle.affordable(len(pts)) < len(pts):
-        raise AttackFailed(f"the budget allows no first probes ({len(pts)} queries)")
+        raise AssumptionViolated(f"the budget allows no first probes ({len(pts)} queries)",
+                                 stopped_by="budget")
     return pts, decisions(oracle, pts)
 
 
@@ -238,7 +240,7 @@ def estimate(dec: Decision, st: State, one: torch.Tensor, zero: torch.Tensor, sc
 def next_vector(dec: Decision, st: State, known, scale: float, step: float, p: ThresholdParams,
                 gen: torch.Generator, budget) -> torch.Tensor | None:
     """One new unit vector ≈ the gradient of σ restricted to V⊥; None when V is complete as far
-    as `checks` boundary points show. Raises AttackFailed after `restarts` failed tries.
+    as `checks` boundary points show. Raises AssumptionViolated after `restarts` failed tries.
 
     Errors in V are amplified by 1/residual in the next vector, so a vector measured where less
     than `accept_residual` of the gradient lies outside V is kept only as a fallback: up to
@@ -254,7 +256,7 @@ def next_vector(dec: Decision, st: State, known, scale: float, step: float, p: T
             st.restarts += 1  # d nearly tangent to the boundary: redraw (paper Alg. 2, line 7)
             failed += 1
             if failed > p.restarts:
-                raise AttackFailed(f"{p.restarts} tries found no usable boundary crossing (search "
+                raise AssumptionViolated(f"{p.restarts} tries found no usable boundary crossing (search "
                                    "direction tangent to the boundary or crossings out of the bracket)")
             continue
         st.last_residual = est.residual
@@ -264,7 +266,7 @@ def next_vector(dec: Decision, st: State, known, scale: float, step: float, p: T
                 return best.vector if best is not None else None
             continue
         if est.error > p.max_error:
-            raise AttackFailed(
+            raise PrecisionLimit(
                 f"the decision boundary is too rough for this step: second differences show "
                 f"slope errors of {est.error:.2g} of the gradient (> max_error {p.max_error}); "
                 "the victim's arithmetic is coarse (float32?) or its answers are randomised — "
@@ -300,44 +302,56 @@ class SpanThreshold(Attack):
         dev = oracle.device
         scale = input_scale(oracle)
         limit = min(params.max_vectors or n - 1, n - 1)
-        step = params.step or (1e-5 if oracle.info.dtype == torch.float64 else 1e-3)
         pts, raw = seed_points(oracle, n, scale, params, ctx.gen)
         positive = 1 if oracle.info.n_classes <= 2 else int(torch.mode(raw.cpu()).values)
         dec = Decision(oracle, positive=positive)
         known = (pts, raw == positive)
         if bool(known[1].all()) or not bool(known[1].any()):
             art = Artifact("subspace", data={"basis": torch.zeros(0, n, dtype=torch.float64)},
-                           metrics={"recovered_rank": 0.0}, outcome="failed")
+                           metrics={"recovered_rank": 0.0}, stopped_by="assumption")
             art.reason = (f"all {len(pts)} first probes got the same decision: the 0/1 output is "
                           "constant where the attacker looked (flat or saturated victim)")
             return art
+        step = params.step or 1e-5
+        adapt = params.step is None
         st = State(basis=torch.zeros(0, n, dtype=torch.float64, device=dev))
-        outcome, reason, done = "ok", "", False
+        stopped, reason, done = None, "", False
         bar = ctx.progress("span: 0/1 vectors", limit) if ctx.progress else None
         per_vector: list[float] = []
         try:
             while len(st.basis) < limit:
                 q0 = oracle.queries
-                v = next_vector(dec, st, known, scale, step, params, ctx.gen, oracle.affordable)
+                try:
+                    v = next_vector(dec, st, known, scale, step, params, ctx.gen, oracle.affordable)
+                except PrecisionLimit:
+                    # the boundary is rougher than this step can read (coarse arithmetic, e.g.
+                    # float32): the answers say so, so the step grows tenfold, up to 1e-3
+                    if not adapt or step >= 1e-3:
+                        raise
+                    step *= 10
+                    continue
                 if v is None:
                     done = True
                     break
                 st.basis = torch.cat([st.basis, v[None]])
                 per_vector.append(float(oracle.queries - q0))
+                ctx.keep(Artifact("subspace", data={"basis": st.basis.cpu()},
+                                  metrics={"recovered_rank": float(len(st.basis))},
+                                  progress=f"{len(st.basis)} vectors"))
                 if bar:
                     bar.update(1)
         except _Budget:
-            outcome, reason = "partial", f"budget exhausted after {len(st.basis)} vectors"
-        except AttackFailed as exc:
-            outcome, reason = "partial", f"stopped after {len(st.basis)} vectors: {exc}"
+            stopped, reason = "budget", f"budget exhausted after {len(st.basis)} vectors"
+        except PrecisionLimit as exc:
+            stopped, reason = "precision", f"stopped after {len(st.basis)} vectors: {exc}"
+        except AssumptionViolated as exc:
+            stopped, reason = "assumption", f"stopped after {len(st.basis)} vectors: {exc}"
         finally:
             if bar:
                 bar.close()
         r = len(st.basis)
-        if r == 0 and outcome == "ok":
-            outcome, reason = "failed", "no boundary point showed a usable gradient"
-        elif r == 0:
-            outcome = "failed"
+        if r == 0 and stopped is None:
+            stopped, reason = "assumption", "no boundary point showed a usable gradient"
         notes = [] if oracle.output == "label" else [
             f"the API returns {oracle.output}; only the decided label was used (what a label-only "
             "deployment of this model would leak)"]
@@ -346,7 +360,7 @@ class SpanThreshold(Attack):
         if done:
             notes.append(f"stopped: {params.checks} boundary points showed < {params.min_residual} "
                          f"of the gradient outside the {r} recovered directions")
-        elif outcome == "ok":
+        elif stopped is None:
             notes.append(f"stopped at max_vectors = {limit}")
         metrics = {
             "recovered_rank": float(r),
@@ -357,14 +371,14 @@ class SpanThreshold(Attack):
             "max_slope_error": max(st.errors) if st.errors else 0.0,
         }
         return Artifact("subspace", data={"basis": st.basis.cpu()}, metrics=metrics,
-                        outcome=outcome, reason=reason, notes=notes)
+                        stopped_by=stopped, reason=reason, notes=notes,
+                        progress=f"{r} vectors")
 
     def judge(self, m, artifact):
         q = int(m.get("queries", 0))
-        r = int(m["recovered_rank"])
+        r = int(m.get("recovered_rank", 0))
         if "true_rank" not in m:
-            lvl = "high" if artifact.outcome == "ok" and r > 0 else "medium"
-            return lvl, f"{r} span directions recovered from 0/1 answers in {q} queries (no truth)"
+            return judge_span(m)
         k, e = int(m["true_rank"]), m.get("min_energy_in_span", 0.0)
         if r >= k and e >= 0.999:
             return "high", f"the full first-layer span (rank {k}) leaked through 0/1 answers in {q} queries"

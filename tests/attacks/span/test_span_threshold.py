@@ -4,6 +4,7 @@ are compared with the true row span of the first layer."""
 import numpy as np
 import pytest
 import torch
+from attack_direct import run_direct
 
 from harness.attacks import registry
 from harness.runner import run_scenario
@@ -73,29 +74,46 @@ def test_each_vector_inside_the_span(tmp_path):
     assert np.abs(basis @ basis.T - np.eye(6)).max() < 1e-9
 
 
-def test_budget_ends_partial(tmp_path):
-    a = run_one(binary_net(40, 6, 0, budget=1500), tmp_path)
-    assert a["outcome"] == "partial" and "budget" in a["outcome_reason"]
-    assert a["metrics"]["recovered_rank"] <= 1
-    assert a["queries"] <= 1500
+def test_budget_keeps_the_vectors_found(tmp_path):
+    r = run_direct(binary_net(40, 6, 0, budget=1500), tmp_path)
+    assert r.stopped_by == "budget" and "budget" in r.reason
+    assert r.metrics["recovered_rank"] <= 1 and r.queries <= 1500
 
 
-def test_flat_victim_fails_honestly(tmp_path):
+def test_flat_victim_stops_on_its_assumption(tmp_path):
     # last layer all zeros: the decision is constant
-    a = run_one(binary_net(24, 4, 0, init_std=[1.0, 0.0]), tmp_path)
-    assert a["outcome"] == "failed" and a["risk"] == "low"
-    assert a["metrics"]["recovered_rank"] == 0
+    r = run_direct(binary_net(24, 4, 0, init_std=[1.0, 0.0]), tmp_path)
+    assert r.stopped_by == "assumption" and r.risk == "low"
+    assert r.metrics["recovered_rank"] == 0
 
 
 def test_coarse_victim_never_reported_as_exact(tmp_path):
     """A float32 victim with a float64-sized step: a rough boundary must not end as a confident
     wrong span."""
-    a = run_one(binary_net(40, 6, 0, dtype="float32", params={"step": 1e-5}), tmp_path)
-    m = a["metrics"]
-    if a["outcome"] == "ok":
+    r = run_direct(binary_net(40, 6, 0, dtype="float32", params={"step": 1e-5}), tmp_path)
+    m = r.metrics
+    if r.stopped_by is None:
         assert m["recovered_rank"] == m["true_rank"] and m["min_energy_in_span"] >= 0.999
     else:
-        assert "rough" in a["outcome_reason"] or "stopped" in a["outcome_reason"]
+        assert "rough" in r.reason or "stopped" in r.reason
+
+
+def test_float32_victim_step_from_the_answers(tmp_path):
+    """No step given: h starts at 1e-5 and grows while the answers show a rough boundary (never
+    read from the victim's dtype); a result that ran to its end is the right span."""
+    r = run_direct(binary_net(32, 4, 0, dtype="float32"), tmp_path)
+    m = r.metrics
+    assert any("step h = 0.001" in n for n in r.artifact.notes), r.artifact.notes
+    if r.stopped_by is None:
+        assert m["recovered_rank"] == m["true_rank"] and m["min_energy_in_span"] >= 0.999, m
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(5))
+def test_every_vector_in_span_n64_k8(seed, tmp_path):
+    r = run_direct(binary_net(64, 8, seed), tmp_path)
+    m = r.metrics
+    assert m["recovered_rank"] == m["true_rank"] == 8 and m["min_energy_in_span"] >= 0.999, m
 
 
 def test_declines_score_apis_for_the_cheaper_attack(tmp_path):
