@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from defenses.budget import Ledger
+from defenses.errors import BudgetExhausted
 from defenses.output import OutputDefenses
 from harness.errors import InterfaceError
 
@@ -43,8 +44,9 @@ class Oracle:
         self._who = "-"
         if getattr(backend, "remote", False):  # an HTTP endpoint applies its own defenses
             self.defenses = OutputDefenses()
+        self.answered: dict[str, int] = {}  # rows whose answers reached each attack
         if hasattr(backend, "bind_budget"):  # HTTP retries are charged before they are sent
-            backend.bind_budget(self.charge_extra)
+            backend.bind_budget(self.charge_extra, lambda: self._who)
 
     def charge_extra(self, n: int, who: str | None = None) -> None:
         """Charge n queries the backend sends on its own (HTTP retries: to the attack that asked)."""
@@ -79,7 +81,12 @@ class OracleView:
 
     @property
     def queries(self) -> int:
-        """Queries this attack has made."""
+        """Rows whose answers reached this attack."""
+        return self._o.answered.get(self.attack, 0)
+
+    @property
+    def charged(self) -> int:
+        """Rows charged to the budget for this attack (sent, re-sends included)."""
         return self._o.ledger.by_attack.get(self.attack, 0)
 
     @property
@@ -114,9 +121,16 @@ class OracleView:
 
     def _charge(self, n: int) -> None:
         self._o._who = self.attack
-        self._o.ledger.charge(n, self.attack)
+        try:
+            self._o.ledger.charge(n, self.attack)
+        except BudgetExhausted as exc:  # an endpoint says whether faults ate the budget
+            starved = getattr(self._o.backend, "starved", None)
+            raise (starved(exc) if starved else exc) from None
         if self._o.progress is not None:
             self._o.progress(n)
+
+    def _answered(self, n: int) -> None:
+        self._o.answered[self.attack] = self._o.answered.get(self.attack, 0) + n
 
     # --------------------------------------------------------------- the API
     def predict(self, x: Any) -> torch.Tensor:
@@ -125,6 +139,7 @@ class OracleView:
         x = self._prepare(x)
         self._charge(len(x))
         y = self._o.backend.predict(x, self.info.output)
+        self._answered(len(x))
         if self.info.output == "label":
             return y.to(self.info.device, torch.long)
         y = y.to(self.info.device, torch.float64)
@@ -137,6 +152,7 @@ class OracleView:
         self._charge(len(x))
         kind = "smoothgrad" if self.info.interface == "smoothgrad" else "gradient"
         g = self._o.backend.explain(x, kind, self._o.gen).to(self.info.device, torch.float64)
+        self._answered(len(x))
         return self._o.defenses.apply_explain(g, self._o.gen)
 
     def weights(self) -> dict[str, torch.Tensor]:
