@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 import numpy as np
 import torch
 
-from victims.errors import BadInput, InterfaceError
 from defenses.errors import BudgetExhausted
+from victims.errors import BadInput, InterfaceError
 from victims.http.client import EndpointError, RemoteBackend
 from victims.http.protocol import display_url, template_has
 from victims.http.secrets import SECRETS
