@@ -42,6 +42,7 @@ from reports.html import write_html
 from reports.tracking import Tracker
 from reports.verdict import verdict
 from victims.build import build_victim
+from victims.http.secrets import SECRETS
 from victims.models.training import progress_disabled
 
 
@@ -271,6 +272,7 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
         report["mlflow_run_id"] = parent
         report["tracking_uri"] = tracker.uri if tracker.enabled else None
         report["outdir"] = str(outdir)
+        SECRETS.scrub_in_place(report)  # nothing secret reaches a report file, MLflow or stdout
         _finish(report, s, tracker, parent, outdir, json_path, failed)
     return report
 

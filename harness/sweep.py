@@ -215,6 +215,10 @@ def run_cell(task: dict[str, Any]) -> dict[str, Any]:
         from reports.tracking import Tracker
 
         s = scenario_from_dict(task["data"], task["source"])
+        if task.get("trust_model_code"):  # the sweep's --trust-model-code, for this worker
+            from victims.models.files import allow_model_code
+
+            allow_model_code(True)
         tags = {"mlflow.parentRunId": task["sweep_run_id"], "leakmeter.kind": "cell",
                 "leakmeter.sweep_id": task["sweep_id"], "leakmeter.cell": task["cell_key"],
                 "leakmeter.cell_label": task["cell_label"]} if task["sweep_run_id"] else {}
@@ -344,7 +348,8 @@ def cell_runs(client, experiment_id: str, sweep_run_id: str) -> list:
 
 def run_sweep(plan: SweepPlan, *, scenario_path: str, tracking_uri: str | None, out: str | Path | None,
               jobs: int = 1, threads: int = 1, executor: str = "local", ray_address: str | None = None,
-              fresh: bool = False, echo: Callable[[str], None] = print) -> dict[str, Any]:
+              fresh: bool = False, echo: Callable[[str], None] = print,
+              trust_model_code: bool = False) -> dict[str, Any]:
     """Run (or resume) the sweep; returns {"sweep_run_id", "results", "skipped", "errors", ...}."""
     import yaml
 
@@ -398,6 +403,7 @@ def run_sweep(plan: SweepPlan, *, scenario_path: str, tracking_uri: str | None, 
                       "out": str(outroot / f"cell-{i:03d}"), "sweep_run_id": sweep_run_id,
                       "sweep_id": plan.sweep_id, "cell_key": key, "cell_label": cell.label(),
                       "settings": cell.settings, "threads": threads,
+                      "trust_model_code": trust_model_code,
                       "yaml": yaml.safe_dump(data, sort_keys=False)})
     skipped = len(plan.cells) - len(tasks)
     echo(f"sweep {plan.sweep_id}: {len(plan.cells)} cells, {skipped} skipped (finished before), "

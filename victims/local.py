@@ -147,6 +147,10 @@ def build_local_victim(s: Any) -> Victim:
     if data.task == "regression" and s.interface.output == "label":
         raise BadInput("interface.output: label is not defined for a regression victim")
     model = model_for(s.victim.model, data.input_shape, data.n_outputs)
+    if getattr(model, "predictions_only", False) and s.interface.kind != "prediction":
+        raise BadInput(f"interface.kind: {s.interface.kind} needs input gradients or weights, which an "
+                       "ONNX model does not give; allowed with ONNX: prediction (or use a state_dict "
+                       "or safetensors file)")
     pretrained = s.victim.model.arch == "file"
     if pretrained:  # a user's model keeps its own precision
         dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), dtype)

@@ -27,7 +27,8 @@ class ModelSpec(Strict):
     channels: list[int] = Field(default_factory=lambda: [8, 16])
     init_std: float | list[float | None] | None = None
     path: str | None = None
-    format: Literal["auto", "torchscript", "state_dict"] = "auto"
+    # auto never runs code; torchscript also needs --trust-model-code (victims/models/files.py)
+    format: Literal["auto", "state_dict", "safetensors", "onnx", "torchscript"] = "auto"
     spec: ModelSpec | None = None  # architecture of a state_dict file
 
     @field_validator("hidden")

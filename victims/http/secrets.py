@@ -200,8 +200,8 @@ class ScrubbingStream:
         return True
 
     def write(self, text: str) -> int:
-        if not isinstance(text, str):
-            text = str(text)
+        if not isinstance(text, str):  # a text stream: libraries probe with write(b"")
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
         with self._lock:
             self._pending += text
             cut = max(self._pending.rfind("\n"), self._pending.rfind("\r"))
