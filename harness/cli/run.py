@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from harness.cli.common import SET, THREADS, TRUST, guarded, print_attacks, apply_trust
+from harness.cli.common import SET, THREADS, TRUST, apply_trust, guarded, print_attacks
 from harness.threads import pin_threads
 
 
