@@ -52,6 +52,13 @@ def sweep(scenario, grid, overrides, seeds, jobs, executor, ray_address, out, tr
         raise BadInput("--grid: give at least one KEY=V1,V2,... to sweep over")
     raw = apply_overrides(read_raw(scenario), list(overrides))
     plan = plan_sweep(raw, scenario, list(grid), seeds)
+    from harness.scenario.checks import preflight
+
+    for cell, s in zip(plan.cells, plan.scenarios, strict=True):
+        try:
+            preflight(s)
+        except BadInput as exc:
+            raise BadInput(f"cell {cell.label()}: {exc}") from None
     res = run_sweep(plan, scenario_path=scenario, tracking_uri=tracking_uri, out=out, jobs=jobs,
                     threads=threads, executor=executor, ray_address=ray_address, fresh=fresh, echo=click.echo,
                     trust_model_code=trust_model_code)
