@@ -73,7 +73,7 @@ def check_url(url: str) -> str:
     except ValueError:
         raise ValueError("must be an http(s) URL with a valid host and a port in 1-65535") from None
     if p.scheme not in ("http", "https"):
-        raise ValueError(f"must start with http:// or https:// (got scheme {p.scheme or 'none'!r})")
+        raise ValueError("must start with http:// or https://")
     if not p.hostname:
         raise ValueError("must name a host (http(s)://host[:port]/path)")
     if port == 0:

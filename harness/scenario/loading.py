@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,8 @@ def _describe(err: dict[str, Any], source: str) -> str:
         value = value[:77] + "..."
     shown = json.dumps(value) if isinstance(value, str | int | float | bool | None) else None
     got = f" (got {shown})" if shown is not None else ""
+    if path == "<top level>" and re.match(r"^[a-z_]+(\.[a-z_]+)+: ", msg):
+        return scrub(f"{source}: {msg}")  # a cross-field check names its own key path
     return scrub(" ".join(f"{source}: {path}: {msg}{got}".split()))
 
 

@@ -294,8 +294,8 @@ def redact_url(url: str) -> str:
     try:
         parts = urlsplit(url)
         port = parts.port
-    except ValueError:
-        return "<unparseable URL>"
+    except ValueError:  # e.g. a bad port: cut the credentials and the query by hand
+        return re.sub(r"//[^/@]*@", "//", url.split("?", 1)[0].split("#", 1)[0])
     host = parts.hostname or ""
     if port:
         host = f"{host}:{port}"
