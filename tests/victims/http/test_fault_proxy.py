@@ -29,6 +29,8 @@ from harness.runner import run_scenario
 from harness.scenario import scenario_from_dict
 from victims.build import build_victim
 
+pytestmark = pytest.mark.slow  # ~2 minutes: four scans, ~2,000 requests through the proxy
+
 KEY = "fp-key-6Yt2"
 ATTACK = "span_nonadaptive"
 SERVED = {
