@@ -14,6 +14,7 @@ from harness.errors import BadInput
 KNOWN_DIMS = {"digits": 64, "breast_cancer": 30, "diabetes": 10, "fashion_mnist": 784}
 ROWS_PER_PASS = 8192  # rows per forward/backward pass when answering queries (victims/local.py)
 GIB = 1024**3
+READ_AT_CHECK = 256 * 1024**2  # weight files up to this size are read (safely) before the run
 
 
 def machine_memory() -> int:
@@ -79,9 +80,11 @@ def check_files(s: Any) -> None:
     files are there."""
     m, d = s.victim.model, s.victim.data
     if m.arch == "file":
-        from victims.models.files import resolve_format
+        from victims.models.files import read_tensors, resolve_format
 
         fmt = resolve_format(m)
+        if fmt in ("state_dict", "safetensors") and Path(m.path).stat().st_size <= READ_AT_CHECK:
+            read_tensors(Path(m.path), fmt)  # a restricted read: a pickled object is refused now
         if fmt == "onnx" and s.interface.kind != "prediction" and s.victim.endpoint is None:
             raise BadInput(f"interface.kind: {s.interface.kind} needs input gradients or weights, which "
                            "an ONNX model does not give; allowed with ONNX: prediction")
@@ -91,7 +94,18 @@ def check_files(s: Any) -> None:
         raise BadInput(f"victim.data.path: {d.path} is not a folder of IDX files")
 
 
+def check_startup_budget(s: Any) -> None:
+    """An endpoint is checked with 1 row (2 with explanations) before any attack: the budget
+    must leave room for it (nothing is sent otherwise)."""
+    budget = s.defenses.query_budget
+    need = 2 if s.interface.kind in ("gradient", "smoothgrad") else 1
+    if s.victim.endpoint is not None and budget is not None and budget < need:
+        raise BadInput(f"defenses.query_budget: {budget} leaves nothing for the start-up check of the "
+                       f"endpoint ({need} row(s)); allowed: at least {need}")
+
+
 def preflight(s: Any) -> None:
     """Every check that needs the file system or the machine; BadInput (exit 2) on the first."""
     check_files(s)
     check_memory(s)
+    check_startup_budget(s)

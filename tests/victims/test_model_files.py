@@ -246,3 +246,54 @@ def test_onnx_victims_answer_predictions_only(tmp_path):
     v = build_victim(scenario_from_dict(data))
     x = torch.as_tensor(v.truth.data.x_test[:32], dtype=torch.float64)
     assert torch.allclose(v.backend.predict(x, "probabilities"), torch.softmax(net(x), 1), atol=1e-12)
+
+
+# ---------------------------------------------------------------- the same, through the CLI
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_cli_refuses_every_crafted_file_with_one_line_and_exit_2(command, tmp_path, crafted, monkeypatch):
+    import yaml
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    marker, files = crafted
+    monkeypatch.chdir(tmp_path)
+    for kind, raw in files.items():
+        for fmt in FORMATS:
+            p = tmp_path / f"{kind}-{fmt}.pt"
+            p.write_bytes(raw)
+            data = make_scenario(interface={"kind": "prediction", "output": "probabilities"}, victim={
+                "model": {"arch": "file", "path": str(p), "format": fmt, "spec": {"arch": "mlp"}},
+                "data": {"dataset": "digits", "n_train": 100, "attacker_pool": 10}})
+            (tmp_path / "s.yaml").write_text(yaml.safe_dump(data))
+            args = [command, "s.yaml"] + (["--no-tracking", "--out", "o"] if command == "run" else [])
+            res = CliRunner().invoke(main, args)
+            lines = res.stderr.strip().splitlines()
+            assert res.exit_code == 2 and len(lines) == 1, (kind, fmt, res.output)
+            assert "victim.model" in lines[0] and "Traceback" not in res.output
+            assert not marker.exists(), (kind, fmt)
+
+
+def test_a_real_run_process_refuses_the_crafted_torchscript(tmp_path, crafted):
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    marker, files = crafted
+    p = tmp_path / "model.pt"
+    p.write_bytes(files["torchscript"])
+    for fmt in ("auto", "torchscript"):
+        data = make_scenario(interface={"kind": "prediction", "output": "probabilities"}, victim={
+            "model": {"arch": "file", "path": str(p), "format": fmt},
+            "data": {"dataset": "digits", "n_train": 100, "attacker_pool": 10}})
+        (tmp_path / "s.yaml").write_text(yaml.safe_dump(data))
+        res = subprocess.run([sys.executable, "-c", "from harness.cli import main; main()", "run", "s.yaml",
+                              "--no-tracking"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "LEAKMETER_THREADS": "1"})
+        assert res.returncode == 2 and "--trust-model-code" in res.stderr, res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1
+        assert not marker.exists()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import struct
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -132,7 +133,7 @@ def load_model_file(spec: Any, input_shape: tuple[int, ...], n_outputs: int) -> 
                            f"({type(exc).__name__})") from None
     if fmt == "onnx":
         return OnnxModel(path, input_shape)
-    state = _read_tensors(path, fmt)
+    state = read_tensors(path, fmt)
     model = build_model(spec.spec, input_shape, n_outputs)
     floats = [v.dtype for v in state.values() if torch.is_tensor(v) and v.is_floating_point()]
     if floats:
@@ -145,7 +146,7 @@ def load_model_file(spec: Any, input_shape: tuple[int, ...], n_outputs: int) -> 
     return model
 
 
-def _read_tensors(path: Path, fmt: str) -> dict[str, torch.Tensor]:
+def read_tensors(path: Path, fmt: str) -> dict[str, torch.Tensor]:
     """A dict of tensors from a state_dict (restricted unpickler) or safetensors file."""
     if fmt == "safetensors":
         from safetensors import SafetensorError
@@ -157,7 +158,9 @@ def _read_tensors(path: Path, fmt: str) -> dict[str, torch.Tensor]:
             raise BadInput(f"victim.model.path: {path} is not a readable safetensors file "
                            f"({type(exc).__name__})") from None
     try:
-        state = torch.load(str(path), map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns about pickle protocols: our one line says it all
+            warnings.simplefilter("ignore")
+            state = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - e.g. UnpicklingError on a pickled object
         raise BadInput(f"victim.model.path: {path} is not a weights-only state_dict: it holds "
                        f"something other than tensors ({type(exc).__name__}); nothing was run") from None
