@@ -44,7 +44,6 @@ class Oracle:
         self._who = "-"
         if getattr(backend, "remote", False):  # an HTTP endpoint applies its own defenses
             self.defenses = OutputDefenses()
-        self.answered: dict[str, int] = {}  # rows whose answers reached each attack
         if hasattr(backend, "bind_budget"):  # HTTP retries are charged before they are sent
             backend.bind_budget(self.charge_extra, lambda: self._who)
 
@@ -82,7 +81,7 @@ class OracleView:
     @property
     def queries(self) -> int:
         """Rows whose answers reached this attack."""
-        return self._o.answered.get(self.attack, 0)
+        return self._o.ledger.answered.get(self.attack, 0)
 
     @property
     def charged(self) -> int:
@@ -130,7 +129,7 @@ class OracleView:
             self._o.progress(n)
 
     def _answered(self, n: int) -> None:
-        self._o.answered[self.attack] = self._o.answered.get(self.attack, 0) + n
+        self._o.ledger.delivered(n, self.attack)
 
     # --------------------------------------------------------------- the API
     def predict(self, x: Any) -> torch.Tensor:
