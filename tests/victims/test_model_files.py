@@ -211,6 +211,7 @@ def _exact(path, fmt, tmp_path):
 
 def test_safetensors_and_onnx_victims_give_the_state_dict_victims_extraction(tmp_path):
     pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")  # torch.onnx.export writes the file with it
     from safetensors.torch import save_file
 
     torch.manual_seed(3)
@@ -234,6 +235,7 @@ def test_safetensors_and_onnx_victims_give_the_state_dict_victims_extraction(tmp
 
 def test_onnx_victims_answer_predictions_only(tmp_path):
     pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
     net = _reference()
     p = tmp_path / "net.onnx"
     torch.onnx.export(net, (torch.zeros(2, 64, dtype=torch.float64),), str(p), dynamo=False,
