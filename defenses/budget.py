@@ -13,7 +13,8 @@ class Ledger:
     def __init__(self, budget: int | None):
         self.budget = budget
         self.used = 0
-        self.by_attack: dict[str, int] = {}
+        self.by_attack: dict[str, int] = {}  # charged: rows sent (re-sends included)
+        self.answered: dict[str, int] = {}  # rows whose answers reached each attack
         self._lock = threading.Lock()
 
     @property
@@ -27,3 +28,8 @@ class Ledger:
                 raise BudgetExhausted(n, self.budget - self.used, self.budget)
             self.used += n
             self.by_attack[who] = self.by_attack.get(who, 0) + n
+
+    def delivered(self, n: int, who: str = "-") -> None:
+        """Record n rows answered to `who` (their answers reached the attacker)."""
+        with self._lock:
+            self.answered[who] = self.answered.get(who, 0) + n

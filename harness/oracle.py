@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from defenses.budget import Ledger
+from defenses.errors import BudgetExhausted
 from defenses.output import OutputDefenses
 from harness.errors import InterfaceError
 
@@ -38,14 +39,13 @@ class Oracle:
         self.info = info
         self.defenses = defenses
         self.ledger = Ledger(budget)  # rows sent (charged before they leave)
-        self.answered: dict[str, int] = {}  # rows whose answers reached each attack
         self.gen = torch.Generator(device="cpu").manual_seed(seed + 7919)
         self.progress = progress
         self._who = "-"
         if getattr(backend, "remote", False):  # an HTTP endpoint applies its own defenses
             self.defenses = OutputDefenses()
         if hasattr(backend, "bind_budget"):  # HTTP retries are charged before they are sent
-            backend.bind_budget(self.charge_extra)
+            backend.bind_budget(self.charge_extra, lambda: self._who)
 
     def charge_extra(self, n: int, who: str | None = None) -> None:
         """Charge n queries the backend sends on its own (HTTP retries: to the attack that asked)."""
@@ -55,9 +55,9 @@ class Oracle:
 
     def sibling(self, backend: Any, seed: int) -> Oracle:
         """An oracle on another model (an informed release, a canary run) with the same interface
-        and defenses, sharing this run's budget, answered-row counts and progress."""
+        and defenses, sharing this run's ledger (budget and answered rows) and progress."""
         o = Oracle(backend, self.info, self.defenses, None, seed, self.progress)
-        o.ledger, o.answered = self.ledger, self.answered
+        o.ledger = self.ledger
         return o
 
     def view(self, attack: str) -> OracleView:
@@ -88,7 +88,7 @@ class OracleView:
     @property
     def queries(self) -> int:
         """Rows whose answers reached this attack."""
-        return self._o.answered.get(self.attack, 0)
+        return self._o.ledger.answered.get(self.attack, 0)
 
     @property
     def queries_sent(self) -> int:
@@ -133,12 +133,16 @@ class OracleView:
 
     def _charge(self, n: int) -> None:
         self._o._who = self.attack
-        self._o.ledger.charge(n, self.attack)
+        try:
+            self._o.ledger.charge(n, self.attack)
+        except BudgetExhausted as exc:  # an endpoint says whether faults ate the budget
+            starved = getattr(self._o.backend, "starved", None)
+            raise (starved(exc) if starved else exc) from None
         if self._o.progress is not None:
             self._o.progress(n)
 
     def _answered(self, n: int) -> None:
-        self._o.answered[self.attack] = self._o.answered.get(self.attack, 0) + n
+        self._o.ledger.delivered(n, self.attack)
 
     # --------------------------------------------------------------- the API
     def predict(self, x: Any) -> torch.Tensor:

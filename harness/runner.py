@@ -40,6 +40,7 @@ from reports.html import write_html
 from reports.tracking import Tracker, TrackingUnavailable, probe_server
 from reports.verdict import reaches, status_of, verdict
 from victims.build import build_victim
+from victims.http.secrets import SECRETS
 from victims.models.training import progress_disabled
 
 _ATTACKER, _DEFENDER = 0xA77AC4, 0xDEFE4D  # stream tags: the two sides never share a seed
@@ -142,6 +143,7 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
         with deferred():
             _judge(report, s, oracle)
             report["duration_s"] = round(time.perf_counter() - t0, 3)
+            SECRETS.scrub_in_place(report)  # nothing secret reaches a report file, MLflow or stdout
             crashed = report.get("error") or any(a["status"] == "error" for a in report["attacks"])
             status = "KILLED" if stop else ("FAILED" if crashed else "FINISHED")
             _finish(report, s, tracker, parent, outdir, json_path, status)

@@ -235,7 +235,8 @@ def _end_stray_runs(tracker: Any, sweep_run_id: str) -> None:
 
 def run_sweep(plan: SweepPlan, *, scenario_path: str, tracking_uri: str | None, out: str | Path | None,
               jobs: int = 1, threads: int = 1, executor: str = "local", ray_address: str | None = None,
-              fresh: bool = False, echo: Callable[[str], None] = print) -> dict[str, Any]:
+              fresh: bool = False, echo: Callable[[str], None] = print,
+              trust_model_code: bool = False) -> dict[str, Any]:
     """Run (or resume) the sweep; returns {"sweep_run_id", "results", "skipped", "errors", ...}."""
     import yaml
 
@@ -294,6 +295,7 @@ def run_sweep(plan: SweepPlan, *, scenario_path: str, tracking_uri: str | None, 
                       "out": str(outroot / f"cell-{i:03d}"), "sweep_run_id": sweep_run_id,
                       "sweep_id": plan.sweep_id, "cell_key": key, "cell_label": cell.label(),
                       "settings": cell.settings, "threads": threads,
+                      "trust_model_code": trust_model_code,
                       "yaml": yaml.safe_dump(data, sort_keys=False)})
     skipped = len(plan.cells) - len(tasks)
     echo(f"sweep {plan.sweep_id}: {len(plan.cells)} cells, {skipped} skipped (finished before), "

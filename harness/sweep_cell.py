@@ -42,6 +42,10 @@ def _run_cell(task: dict[str, Any], t0: float) -> dict[str, Any]:
         from reports.tracking import Tracker
 
         s = scenario_from_dict(task["data"], task["source"])
+        if task.get("trust_model_code"):  # the sweep's --trust-model-code, for this worker
+            from victims.models.files import allow_model_code
+
+            allow_model_code(True)
         tags = {"mlflow.parentRunId": task["sweep_run_id"], "leakmeter.kind": "cell",
                 "leakmeter.sweep_id": task["sweep_id"], "leakmeter.cell": task["cell_key"],
                 "leakmeter.cell_label": task["cell_label"]} if task["sweep_run_id"] else {}

@@ -32,6 +32,24 @@ PROBE_TIMEOUT_S = 6.0  # one attempt: a server that answers nothing in 6 s is no
 LOCKED_RETRY_S = 60.0  # how long "database is locked" is retried
 
 
+TEXT_SUFFIXES = {".json", ".md", ".html", ".yaml", ".yml", ".txt", ".csv", ".log"}
+
+
+def _identity(text: Any) -> Any:
+    return text
+
+
+# What every Tracker passes strings through before they reach MLflow (harness sets the secrets
+# scrubber here at start-up; this package imports nothing of ours, so it is handed in).
+_default_scrub: Callable[[Any], Any] = _identity
+
+
+def set_default_scrub(scrub: Callable[[Any], Any] | None) -> None:
+    """Set the scrub function Trackers use when none is given (None: no scrubbing)."""
+    global _default_scrub
+    _default_scrub = scrub or _identity
+
+
 class TrackingUnavailable(Exception):
     """The tracking store cannot be used (a server that does not answer, an unusable URI)."""
 
@@ -112,9 +130,12 @@ def _metric_key(k: str) -> str:
 
 
 class Tracker:
-    """Thin wrapper over MlflowClient; `enabled=False` turns every call into a no-op."""
+    """Thin wrapper over MlflowClient; `enabled=False` turns every call into a no-op. Every
+    string logged (run names, params, tags, text and text artifacts) passes through `scrub`."""
 
-    def __init__(self, uri: str | None, experiment: str, enabled: bool = True):
+    def __init__(self, uri: str | None, experiment: str, enabled: bool = True,
+                 scrub: Callable[[Any], Any] | None = None):
+        self._scrub = scrub
         self.enabled = enabled
         self.uri = uri or default_uri()
         self.experiment = experiment
@@ -148,10 +169,10 @@ class Tracker:
         """Start a run (nested under `parent` if given); returns its id."""
         if not self.enabled:
             return None
-        tags = dict(tags or {})
+        tags = {k: self.scrub(str(v)) for k, v in (tags or {}).items()}
         if parent:
             tags["mlflow.parentRunId"] = parent
-        run = self._call("create_run", self.experiment_id, run_name=name, tags=tags)
+        run = self._call("create_run", self.experiment_id, run_name=self.scrub(name), tags=tags)
         return run.info.run_id
 
     def params(self, run_id: str | None, params: dict[str, Any]) -> None:
@@ -159,7 +180,8 @@ class Tracker:
             return
         from mlflow.entities import Param
 
-        items = [Param(_key(k), str(v)[:MAX_PARAM]) for k, v in params.items()]
+        items = [Param(_key(self.scrub(k)), self.scrub(str(v))[:MAX_PARAM])
+                 for k, v in params.items()]
         for i in range(0, len(items), 100):
             self._call("log_batch", run_id, params=items[i : i + 100])
 
@@ -193,20 +215,35 @@ class Tracker:
             return
         from mlflow.entities import RunTag
 
-        items = [RunTag(_key(k), str(v)[:5000]) for k, v in tags.items()]
+        items = [RunTag(_key(self.scrub(k)), self.scrub(str(v))[:5000]) for k, v in tags.items()]
         if items:
             self._call("log_batch", run_id, tags=items)
 
+    def scrub(self, text: Any) -> Any:
+        return (self._scrub or _default_scrub)(text)
+
     def artifact(self, run_id: str | None, path: str | Path, subdir: str | None = None) -> None:
-        if run_id and Path(path).exists():
-            self._call("log_artifact", run_id, str(path), subdir)
+        """Log a file; text files are logged as a scrubbed copy."""
+        p = Path(path)
+        if not run_id or not p.exists():
+            return
+        if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES:
+            text = p.read_text(errors="replace")
+            clean = self.scrub(text)
+            if clean != text:
+                with tempfile.TemporaryDirectory() as tmp:
+                    copy = Path(tmp) / p.name
+                    copy.write_text(clean)
+                    self._call("log_artifact", run_id, str(copy), subdir)
+                return
+        self._call("log_artifact", run_id, str(p), subdir)
 
     def text(self, run_id: str | None, text: str, name: str) -> None:
         if not run_id:
             return
         with tempfile.TemporaryDirectory() as tmp:
             p = Path(tmp) / name
-            p.write_text(text)
+            p.write_text(self.scrub(text))
             self._call("log_artifact", run_id, str(p))
 
     def end(self, run_id: str | None, status: str = "FINISHED") -> None:

@@ -144,9 +144,16 @@ def build_local_victim(s: Any) -> Victim:
     torch.manual_seed(s.seed)
     np.random.seed(s.seed)
     data = load_dataset(s.victim.data, s.seed)
+    if data.n_outputs > 1 and s.interface.gradient_class >= data.n_outputs:
+        raise BadInput(f"interface.gradient_class: {s.interface.gradient_class} is not a class of this "
+                       f"victim (allowed: 0 to {data.n_outputs - 1})")
     if data.task == "regression" and s.interface.output == "label":
         raise BadInput("interface.output: label is not defined for a regression victim")
     model = model_for(s.victim.model, data.input_shape, data.n_outputs)
+    if getattr(model, "predictions_only", False) and s.interface.kind != "prediction":
+        raise BadInput(f"interface.kind: {s.interface.kind} needs input gradients or weights, which an "
+                       "ONNX model does not give; allowed with ONNX: prediction (or use a state_dict "
+                       "or safetensors file)")
     pretrained = s.victim.model.arch == "file"
     if pretrained:  # a user's model keeps its own precision
         dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), dtype)

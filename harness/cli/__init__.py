@@ -19,6 +19,9 @@ from harness.cli.sweep import compare, sweep
 @click.version_option(package_name="leakmeter")
 def main() -> None:
     """leakmeter: what can an attacker take from this model deployment?"""
+    from victims.http.secrets import install_stream_scrubbing
+
+    install_stream_scrubbing()  # every line printed passes the secrets scrubber
 
 
 for _command in (run, validate, attacks, bound, serve, scan, sweep, compare):

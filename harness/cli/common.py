@@ -11,13 +11,27 @@ import click
 
 THREADS = click.option("--threads", type=click.IntRange(min=1), default=None,
                        help="Threads per process for torch/BLAS (default 1, or LEAKMETER_THREADS).")
+TRUST = click.option(
+    "--trust-model-code", is_flag=True,
+    help="Allow victim.model.format: torchscript. A TorchScript file is a program: its code RUNS when it "
+         "is loaded. Only for files you trust; without this flag such files are refused (exit 2).")
 SET = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
                    help="Override a scenario key by dotted path, e.g. defenses.dp_sgd.epsilon=4.")
 
 
 def _fail(msg: str, code: int) -> None:
-    click.echo(f"leakmeter: {msg}", err=True)
+    from victims.http.secrets import scrub
+
+    line = " ".join(str(scrub(msg)).split())  # one line, whatever the message held
+    click.echo(f"leakmeter: {line}", err=True)
     sys.exit(code)
+
+
+def apply_trust(allowed: bool) -> None:
+    """Apply --trust-model-code (after the thread count is pinned: this imports torch)."""
+    from victims.models.files import allow_model_code
+
+    allow_model_code(allowed)
 
 
 def guarded(fn):

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from harness.cli.common import SET, THREADS, guarded, print_summary
+from harness.cli.common import SET, THREADS, TRUST, apply_trust, guarded, print_summary
 from harness.threads import pin_threads
 
 
@@ -17,11 +17,13 @@ from harness.threads import pin_threads
 @click.option("--out", type=click.Path(file_okay=False), help="Folder for report files and plots.")
 @click.option("--tracking-uri", help="MLflow tracking URI (default: sqlite:///mlflow.db here).")
 @click.option("--no-tracking", is_flag=True, help="Do not log to MLflow.")
+@TRUST
 @THREADS
 @guarded
-def run(scenario, overrides, json_path, out, tracking_uri, no_tracking, threads) -> None:
+def run(scenario, overrides, json_path, out, tracking_uri, no_tracking, trust_model_code, threads) -> None:
     """Run every attack the SCENARIO's deployment allows and print the verdict."""
     pin_threads(threads)
+    apply_trust(trust_model_code)
     from pathlib import Path
 
     from harness.errors import BadInput
@@ -43,9 +45,12 @@ def run(scenario, overrides, json_path, out, tracking_uri, no_tracking, threads)
 @click.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @SET
+@TRUST
 @guarded
-def validate(scenario, overrides) -> None:
-    """Check a SCENARIO file (and its attack list) without running anything."""
+def validate(scenario, overrides, trust_model_code) -> None:
+    """Check a SCENARIO file (its keys, attack list, files and size) without running anything."""
+    pin_threads(None)
+    apply_trust(trust_model_code)
     from harness.runner import plan_attacks
     from harness.scenario import load_scenario
 

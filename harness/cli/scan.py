@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from harness.cli.common import SET, THREADS, guarded, print_attacks, print_verdict
+from harness.cli.common import SET, THREADS, TRUST, apply_trust, guarded, print_attacks, print_verdict
 from harness.threads import pin_threads
 
 
@@ -24,12 +24,14 @@ from harness.threads import pin_threads
 @click.option("--verbose", is_flag=True, help="Print every compared metric, not only changes.")
 @click.option("--fail-on-verdict", is_flag=True,
               help="Also exit 1 when the verdict is fail (not only on a regression).")
+@TRUST
 @THREADS
 @guarded
 def scan(scenario, overrides, baseline, tolerances, json_path, out, tracking_uri, verbose,
-         fail_on_verdict, threads):
+         fail_on_verdict, trust_model_code, threads):
     """Scan the SCENARIO's endpoint and compare with a baseline run: exit 1 on a regression."""
     pin_threads(threads)
+    apply_trust(trust_model_code)
     from pathlib import Path
 
     from harness.scan import format_diff, parse_tolerances, run_scan

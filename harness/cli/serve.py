@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from harness.cli.common import SET, THREADS, guarded
+from harness.cli.common import SET, THREADS, TRUST, apply_trust, guarded
 from harness.threads import pin_threads
 
 
@@ -25,11 +25,20 @@ from harness.threads import pin_threads
               help="Save the victim as an MLflow pyfunc model in this folder and exit "
                    "(then: mlflow models serve -m DIR --env-manager local).")
 @click.option("--log", "access_log", is_flag=True, help="Print one line per request (never keys).")
+@click.option("--max-body-mb", type=click.FloatRange(min=0.001, max=1024), default=8.0, show_default=True,
+              help="Largest request body accepted (413 beyond).")
+@click.option("--request-timeout", type=click.FloatRange(min=0.5, max=600), default=15.0, show_default=True,
+              help="Seconds a client has to send a whole request (slow or half-sent ones are dropped).")
+@TRUST
 @THREADS
 @guarded
-def serve(scenario, overrides, host, port, budget, keys_env, export_mlflow, access_log, threads):
-    """Serve the SCENARIO's victim over HTTP (MLflow scoring protocol), defenses server side."""
+def serve(scenario, overrides, host, port, budget, keys_env, export_mlflow, access_log, max_body_mb,
+          request_timeout, trust_model_code, threads):
+    """Serve the SCENARIO's victim over HTTP (MLflow scoring protocol), defenses server side.
+
+    Clients authenticate with 'Authorization: Bearer KEY' or 'X-API-Key: KEY' (other schemes: 401)."""
     pin_threads(threads)
+    apply_trust(trust_model_code)
     import os
 
     from harness.errors import BadInput
@@ -47,16 +56,21 @@ def serve(scenario, overrides, host, port, budget, keys_env, export_mlflow, acce
     if keys_env:
         raw = os.environ.get(keys_env, "")
         keys = {k.strip() for k in raw.split(",") if k.strip()}
+        from victims.http.secrets import SECRETS
+
+        for k in keys:
+            SECRETS.add(k)
         if not keys:
             raise BadInput(f"--keys-env: the environment variable {keys_env} holds no API keys")
     from victims.http.served import build_served
-    from victims.http.server import VictimServer
+    from victims.http.server import ServerLimits, VictimServer
 
     served, _ = build_served(s)
     per_key = budget if budget is not None else s.defenses.query_budget
     log = (lambda line: click.echo(line, err=True)) if access_log else None
     try:
-        server = VictimServer(served, host, port, budget=per_key, keys=keys, log=log)
+        limits = ServerLimits(max_body=int(max_body_mb * 1024 * 1024), request_timeout_s=request_timeout)
+        server = VictimServer(served, host, port, budget=per_key, keys=keys, log=log, limits=limits)
     except OSError as exc:
         raise BadInput(f"--port: cannot listen on {host}:{port} ({exc.strerror})") from None
     defenses = ", ".join(served.defenses.active()) or "none"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from harness.cli.common import THREADS, guarded
+from harness.cli.common import THREADS, TRUST, apply_trust, guarded
 from harness.compare_runs import gather_experiment, gather_sweep, run_compare
 from harness.errors import BadInput
 from harness.threads import pin_threads
@@ -37,12 +37,14 @@ from harness.threads import pin_threads
               help="MLflow tracking URI (default: the scenario's, or sqlite:///mlflow.db here).")
 @click.option("--fresh", is_flag=True, help="Start a new sweep run instead of resuming a matching one.")
 @click.option("--no-compare", is_flag=True, help="Do not compare the cells at the end.")
+@TRUST
 @THREADS
 @guarded
 def sweep(scenario, grid, overrides, seeds, jobs, executor, ray_address, out, tracking_uri, fresh,
-          no_compare, threads) -> None:
+          no_compare, trust_model_code, threads) -> None:
     """Run SCENARIO over a grid of defense settings; each cell a nested MLflow run; resumable."""
     threads = pin_threads(threads)
+    apply_trust(trust_model_code)
     from harness.scenario import apply_overrides, read_raw
     from harness.sweep import plan_sweep, run_sweep
 
@@ -50,8 +52,16 @@ def sweep(scenario, grid, overrides, seeds, jobs, executor, ray_address, out, tr
         raise BadInput("--grid: give at least one KEY=V1,V2,... to sweep over")
     raw = apply_overrides(read_raw(scenario), list(overrides))
     plan = plan_sweep(raw, scenario, list(grid), seeds)
+    from harness.scenario.checks import preflight
+
+    for cell, s in zip(plan.cells, plan.scenarios, strict=True):
+        try:
+            preflight(s)
+        except BadInput as exc:
+            raise BadInput(f"cell {cell.label()}: {exc}") from None
     res = run_sweep(plan, scenario_path=scenario, tracking_uri=tracking_uri, out=out, jobs=jobs,
-                    threads=threads, executor=executor, ray_address=ray_address, fresh=fresh, echo=click.echo)
+                    threads=threads, executor=executor, ray_address=ray_address, fresh=fresh, echo=click.echo,
+                    trust_model_code=trust_model_code)
     click.echo(f"sweep run: {res['sweep_run_id']} ({len(res['results'])} cells run, "
                f"{res['skipped']} skipped)")
     code = 3 if res["errors"] else 0

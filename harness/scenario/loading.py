@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from harness.errors import ScenarioError
-from harness.scenario.schema import Scenario
+from harness.scenario.schema import Scenario, redact_url
+from harness.scenario.yamlsafe import YamlRefused, load_yaml_bytes, load_yaml_text
+from victims.http.secrets import scrub
 
 
 def _format_loc(loc: tuple[Any, ...]) -> str:
@@ -69,10 +71,16 @@ def _describe(err: dict[str, Any], source: str) -> str:
         return f"{source}: {path}: required key is missing"
     msg = err["msg"].removeprefix("Value error, ")
     if not clean:  # a check across sections: its message names the keys itself
-        return f"{source}: {msg}"
+        return scrub(f"{source}: {msg}")
+    if isinstance(value, str) and (path.endswith("url") or "://" in value):
+        value = redact_url(value)  # never repeat credentials or a query string
+    if isinstance(value, str) and len(value) > 80:
+        value = value[:77] + "..."
     shown = json.dumps(value) if isinstance(value, str | int | float | bool | None) else None
     got = f" (got {shown})" if shown is not None else ""
-    return f"{source}: {path}: {msg}{got}"
+    if path == "<top level>" and re.match(r"^[a-z_]+(\.[a-z_]+)+: ", msg):
+        return scrub(f"{source}: {msg}")  # a cross-field check names its own key path
+    return scrub(" ".join(f"{source}: {path}: {msg}{got}".split()))
 
 
 def _pick_error(errors: list[dict[str, Any]]) -> dict[str, Any]:
@@ -90,8 +98,8 @@ def parse_value(text: str) -> Any:
     if text.strip().lower() == "none":
         return None
     try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
+        value = load_yaml_text(text)
+    except YamlRefused:
         return text
     if isinstance(value, str):  # YAML reads "1e3" as a string; users mean a number
         try:
@@ -134,16 +142,17 @@ def scenario_from_dict(data: Any, source: str = "<scenario>") -> Scenario:
 
 
 def read_raw(path: str | Path) -> dict[str, Any]:
-    """Read the YAML of a scenario file; raises ScenarioError when unreadable."""
+    """Read the YAML of a scenario file (harness/scenario/yamlsafe.py: UTF-8, no duplicate keys,
+    bounded aliases and depth); raises ScenarioError when unreadable or refused."""
     p = Path(path)
     if not p.is_file():
         raise ScenarioError(f"{p}: scenario file not found")
     try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise ScenarioError(f"{p}: not valid YAML{where}") from None
+        data = load_yaml_bytes(p.read_bytes())
+    except OSError as exc:
+        raise ScenarioError(f"{p}: cannot read the file ({exc.strerror})") from None
+    except YamlRefused as exc:
+        raise ScenarioError(f"{p}: {exc}") from None
     if data is None:
         raise ScenarioError(f"{p}: the file is empty")
     return data
@@ -155,6 +164,9 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
     data = apply_overrides(read_raw(p), overrides)
     scenario = scenario_from_dict(data, str(p))
     _resolve_paths(scenario, p.parent)
+    from harness.scenario.checks import preflight  # imports torch: after the threads are pinned
+
+    preflight(scenario)
     return scenario
 
 

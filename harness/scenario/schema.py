@@ -6,37 +6,54 @@ import hashlib
 import json
 import math
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from harness.scenario.limits import (
+    KNOWN_CLASSES,
+    MAX_COUNT,
+    MAX_WIDTH,
+    check_path_text,
+    check_template,
+    check_url,
+    no_bool_for_numbers,
+)
 
 Activation = Literal["relu", "tanh", "sigmoid", "softplus", "elu", "leaky_relu"]
 RiskLevel = Literal["low", "medium", "high"]
 
 
 class Strict(BaseModel):
-    """Base for every scenario section: unknown keys are errors."""
+    """Base for every scenario section: unknown keys are errors, numbers are finite, and
+    true/false is never a number."""
 
-    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _strict_numbers(cls, v: Any, info: ValidationInfo) -> Any:
+        return no_bool_for_numbers(v, cls.model_fields[info.field_name].annotation)
 
 
 class ModelSpec(Strict):
     arch: Literal["mlp", "cnn", "logistic", "linear", "file"] = "mlp"
-    hidden: list[int] = Field(default_factory=lambda: [64])
+    hidden: list[Annotated[int, Field(ge=1, le=MAX_WIDTH)]] = Field(default_factory=lambda: [64],
+                                                                    max_length=64)
     activation: Activation | list[Activation] = "relu"
     bias: bool | list[bool] = True
-    channels: list[int] = Field(default_factory=lambda: [8, 16])
+    channels: list[Annotated[int, Field(ge=1, le=4096)]] = Field(default_factory=lambda: [8, 16],
+                                                                 max_length=16)
     init_std: float | list[float | None] | None = None
     path: str | None = None
-    format: Literal["auto", "torchscript", "state_dict"] = "auto"
+    # auto never runs code; torchscript also needs --trust-model-code (victims/models/files.py)
+    format: Literal["auto", "state_dict", "safetensors", "onnx", "torchscript"] = "auto"
     spec: ModelSpec | None = None  # architecture of a state_dict file
 
-    @field_validator("hidden")
+    @field_validator("path")
     @classmethod
-    def _positive_widths(cls, v: list[int]) -> list[int]:
-        if any(w < 1 for w in v):
-            raise ValueError("widths must be positive integers")
-        return v
+    def _path_text(cls, v: str | None) -> str | None:
+        return check_path_text(v)
 
     @model_validator(mode="after")
     def _file_needs_path(self) -> ModelSpec:
@@ -50,14 +67,27 @@ class DataSpec(Strict):
         "digits", "breast_cancer", "diabetes", "fashion_mnist", "idx", "gaussian", "npz"
     ] = "digits"
     path: str | None = None
-    dim: int | None = Field(default=None, ge=1)
-    n_train: int | None = Field(default=1000, ge=1)
-    n_test: int | None = Field(default=None, ge=1)
-    attacker_pool: int = Field(default=200, ge=0)
+    dim: int | None = Field(default=None, ge=1, le=MAX_WIDTH)
+    n_train: int | None = Field(default=1000, ge=1, le=MAX_COUNT)
+    n_test: int | None = Field(default=None, ge=1, le=MAX_COUNT)
+    attacker_pool: int = Field(default=200, ge=0, le=MAX_COUNT)
     task: Literal["multiclass", "binary", "regression"] | None = None
-    classes: list[int] | None = None
+    classes: list[Annotated[int, Field(ge=0, le=100_000)]] | None = Field(default=None, min_length=2,
+                                                                          max_length=100_000)
     labels: Literal["victim", "teacher"] = "teacher"
     standardize: Literal["none", "standard", "minmax", "center", "minmax_center"] = "standard"
+
+    @field_validator("path")
+    @classmethod
+    def _path_text(cls, v: str | None) -> str | None:
+        return check_path_text(v)
+
+    @field_validator("classes")
+    @classmethod
+    def _distinct(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and len(set(v)) != len(v):
+            raise ValueError("classes must be distinct")
+        return v
 
     @model_validator(mode="after")
     def _paths(self) -> DataSpec:
@@ -70,31 +100,51 @@ class DataSpec(Strict):
 
 class TrainingSpec(Strict):
     optimizer: Literal["sgd", "adam", "lbfgs"] = "sgd"
-    lr: float = Field(default=0.1, gt=0)
+    lr: float = Field(default=0.1, gt=0, le=100)
     momentum: float = Field(default=0.0, ge=0, lt=1)
-    weight_decay: float = Field(default=0.0, ge=0)
-    epochs: int = Field(default=30, ge=0)
-    steps: int | None = Field(default=None, ge=0)  # full-batch steps; overrides epochs
-    batch_size: int | None = Field(default=64, ge=1)  # null = full batch
-    tol: float = Field(default=1e-10, gt=0)  # lbfgs: gradient tolerance for the ERM optimum
+    weight_decay: float = Field(default=0.0, ge=0, le=1000)
+    epochs: int = Field(default=30, ge=0, le=100_000)
+    steps: int | None = Field(default=None, ge=0, le=100_000_000)  # full-batch steps; overrides epochs
+    batch_size: int | None = Field(default=64, ge=1, le=MAX_COUNT)  # null = full batch
+    tol: float = Field(default=1e-10, gt=0, le=1)  # lbfgs: gradient tolerance for the ERM optimum
     dtype: Literal["float32", "float64"] = "float32"
 
 
 class EndpointSpec(Strict):
     url: str
     protocol: Literal["mlflow", "json"] = "mlflow"
-    auth_env: str | None = None
-    auth_header: str = "Authorization"
-    auth_scheme: str = "Bearer"
-    timeout_s: float = Field(default=10.0, gt=0)
-    max_batch: int = Field(default=256, ge=1)
-    retries: int = Field(default=3, ge=0)
-    backoff_s: float = Field(default=0.5, ge=0)
+    auth_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+    auth_header: str = Field(default="Authorization", pattern=r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,64}$")
+    auth_scheme: str = Field(default="Bearer", pattern=r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{0,32}$")
+    timeout_s: float = Field(default=10.0, gt=0, le=3600)
+    max_batch: int = Field(default=256, ge=1, le=100_000)
+    retries: int = Field(default=3, ge=0, le=20)
+    backoff_s: float = Field(default=0.5, ge=0, le=60)
     verify_tls: bool = True
-    input_dim: int | None = Field(default=None, ge=1)
-    n_outputs: int | None = Field(default=None, ge=1)
+    input_dim: int | None = Field(default=None, ge=1, le=MAX_WIDTH)
+    n_outputs: int | None = Field(default=None, ge=1, le=100_000)
     request_template: dict[str, Any] | None = None
-    response_path: str | None = None
+    response_path: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.\-\[\]]{1,200}$")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        return check_url(v)
+
+    @field_validator("request_template")
+    @classmethod
+    def _template(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        return check_template(v)
+
+    @model_validator(mode="after")
+    def _one_credential(self) -> EndpointSpec:
+        from urllib.parse import urlsplit
+
+        p = urlsplit(self.url)
+        if self.auth_env and (p.username is not None or p.password is not None):
+            raise ValueError("the url carries user:password@ credentials and auth_env names a token; "
+                             "give one of them (URL credentials would replace the token)")
+        return self
 
 
 class ClaimedPrivacy(Strict):
@@ -113,23 +163,24 @@ class VictimSpec(Strict):
 
 
 class SmoothGradSpec(Strict):
-    sigma: float = Field(default=0.15, ge=0)
-    samples: int = Field(default=50, ge=1)
+    sigma: float = Field(default=0.15, ge=0, le=1e6)
+    samples: int = Field(default=50, ge=1, le=10_000)
 
 
 class InterfaceSpec(Strict):
     kind: Literal["prediction", "gradient", "smoothgrad", "whitebox"] = "prediction"
     output: Literal["label", "probabilities", "logits"] = "probabilities"
     gradient_of: Literal["predicted", "class", "sum"] = "predicted"
-    gradient_class: int = Field(default=0, ge=0)
+    gradient_class: int = Field(default=0, ge=0, le=100_000)
     smoothgrad: SmoothGradSpec = Field(default_factory=SmoothGradSpec)
 
 
 class DPSpec(Strict):
-    epsilon: float | None = Field(default=None, gt=0)
-    delta: float = Field(default=1e-5, gt=0, lt=1)
-    noise_multiplier: float | None = Field(default=None, gt=0)
-    max_grad_norm: float = Field(default=1.0, gt=0)
+    # below ε = 0.01 the accountant's search tolerance (0.01) is the whole target
+    epsilon: float | None = Field(default=None, ge=0.01, le=1000)
+    delta: float = Field(default=1e-5, ge=1e-30, lt=1)
+    noise_multiplier: float | None = Field(default=None, gt=0, le=1000)
+    max_grad_norm: float = Field(default=1.0, gt=0, le=1e6)
     accountant: Literal["rdp", "prv", "gdp"] = "rdp"
 
     @model_validator(mode="after")
@@ -140,7 +191,7 @@ class DPSpec(Strict):
 
 
 class NoiseSpec(Strict):
-    sigma: float = Field(ge=0)
+    sigma: float = Field(ge=0, le=1e6)
 
 
 class RoundingSpec(Strict):
@@ -149,16 +200,21 @@ class RoundingSpec(Strict):
 
 class DefensesSpec(Strict):
     dp_sgd: DPSpec | None = None
-    query_budget: int | None = Field(default=None, ge=0)
+    query_budget: int | None = Field(default=None, ge=0, le=10**12)
     output_noise: NoiseSpec | None = None
     rounding: RoundingSpec | None = None
     explanation_noise: NoiseSpec | None = None
-    top_k: int | None = Field(default=None, ge=1)
+    top_k: int | None = Field(default=None, ge=1, le=100_000)
 
 
 class AttackChoice(Strict):
-    name: str
+    name: str = Field(max_length=100)
     params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("params")
+    @classmethod
+    def _small(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return check_template(v, "params")
 
 
 class PolicySpec(Strict):
@@ -169,21 +225,22 @@ class PolicySpec(Strict):
 
 class TrackingSpec(Strict):
     enabled: bool = True
-    uri: str | None = None
-    experiment: str = "leakmeter"
+    uri: str | None = Field(default=None, max_length=2000)
+    experiment: str = Field(default="leakmeter", min_length=1, max_length=250)
 
 
 class PriorSpec(Strict):
     kind: Literal["empirical", "uniform_ball", "gaussian", "finite"] = "empirical"
-    dim: int | None = Field(default=None, ge=1)
-    radius: float | None = Field(default=None, gt=0)
-    sigma: float | None = Field(default=None, gt=0)
-    size: int | None = Field(default=None, ge=1)
+    dim: int | None = Field(default=None, ge=1, le=MAX_WIDTH)
+    radius: float | None = Field(default=None, gt=0, le=1e12)
+    sigma: float | None = Field(default=None, gt=0, le=1e12)
+    size: int | None = Field(default=None, ge=1, le=10**15)
 
 
 class ReroSpec(Strict):
-    priors: list[PriorSpec] = Field(default_factory=lambda: [PriorSpec()])
-    eta: list[float] | None = None  # null = dataset defaults (NN-oracle distance)
+    priors: list[PriorSpec] = Field(default_factory=lambda: [PriorSpec()], max_length=16)
+    # null = dataset defaults (NN-oracle distance)
+    eta: list[Annotated[float, Field(gt=0, le=1e12)]] | None = Field(default=None, max_length=64)
 
 
 class AttackerSpec(Strict):
@@ -208,8 +265,8 @@ class AttackerSpec(Strict):
 
 
 class Scenario(Strict):
-    name: str
-    seed: int = 0
+    name: str = Field(max_length=100)
+    seed: int = Field(default=0, ge=0, le=2**31 - 1)  # numpy and torch seeds are derived from it
     device: Literal["auto", "cpu", "cuda"] = "auto"
     victim: VictimSpec = Field(default_factory=VictimSpec)
     interface: InterfaceSpec = Field(default_factory=InterfaceSpec)
@@ -246,6 +303,18 @@ class Scenario(Strict):
             raise ValueError("an empty list runs nothing; give `all` or at least one attack")
         return v
 
+    @model_validator(mode="after")
+    def _class_indices(self) -> Scenario:
+        """Class indices the interface or defenses name must exist (known datasets)."""
+        d = self.victim.data
+        n = len(d.classes) if d.classes else KNOWN_CLASSES.get(d.dataset)
+        if d.dataset == "gaussian":
+            n = {"binary": 2, "regression": None}.get(d.task or "multiclass", n)
+        if n is not None and self.interface.gradient_class >= n:
+            raise ValueError(f"interface.gradient_class: {self.interface.gradient_class} is not a class "
+                             f"of {d.dataset} (allowed: 0 to {n - 1})")
+        return self
+
     @field_validator("name")
     @classmethod
     def _slug(cls, v: str) -> str:
@@ -272,8 +341,12 @@ def redact_url(url: str) -> str:
     """The URL without user:password@ and without its query string and fragment."""
     from urllib.parse import urlsplit, urlunsplit
 
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:  # e.g. a bad port: cut the credentials and the query by hand
+        return re.sub(r"//[^/@]*@", "//", url.split("?", 1)[0].split("#", 1)[0])
     host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
+    if port:
+        host = f"{host}:{port}"
     return urlunsplit((parts.scheme, host, parts.path, "", ""))

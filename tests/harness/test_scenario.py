@@ -100,6 +100,7 @@ def test_override_none_removes_section():
 def test_relative_paths_resolve_from_scenario_folder(tmp_path):
     data = make_scenario()
     data["victim"]["data"] = {"dataset": "npz", "path": "arrays.npz"}
+    (tmp_path / "arrays.npz").write_bytes(b"")  # files a scenario names must exist at load
     s = load_scenario(write(tmp_path, data))
     assert s.victim.data.path == str((tmp_path / "arrays.npz").resolve())
 

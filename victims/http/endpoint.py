@@ -12,14 +12,11 @@ from urllib.parse import urlsplit
 import numpy as np
 import torch
 
+from defenses.errors import BudgetExhausted
 from victims.errors import BadInput, InterfaceError
-from victims.http.client import (
-    EndpointError,
-    EndpointQuotaExhausted,
-    RemoteBackend,
-    display_url,
-    template_has,
-)
+from victims.http.client import EndpointError, RemoteBackend
+from victims.http.protocol import display_url, template_has
+from victims.http.secrets import SECRETS
 from victims.local import build_local_victim, input_domain
 from victims.victim import PublicInfo, Truth, Victim, resolve_device
 
@@ -56,6 +53,7 @@ def read_token(spec: Any) -> str | None:
     if not spec.auth_env:
         return None
     token = os.environ.get(spec.auth_env, "")
+    SECRETS.add(token)
     if not token.strip():
         raise BadInput(f"victim.endpoint.auth_env: the environment variable {spec.auth_env} is not "
                        "set or empty (it must hold the endpoint's token)")
@@ -110,8 +108,14 @@ def build_remote_victim(s: Any) -> Victim:
     pub = _public_shape(s)
     task = pub["task"]
     n_out = pub["n_outputs"]
+    budget = s.defenses.query_budget
+    need = 2 if s.interface.kind in ("gradient", "smoothgrad") else 1
+    if budget is not None and budget < need:
+        raise BadInput(f"defenses.query_budget: {budget} leaves nothing for the start-up check of the "
+                       f"endpoint ({need} row(s)); nothing was sent")
     backend = RemoteBackend(ep, dim=pub["dim"], task=task or "multiclass",
-                            n_classes=pub["n_classes"] or 0, n_outputs=n_out or 0, token=token)
+                            n_classes=pub["n_classes"] or 0, n_outputs=n_out or 0, token=token,
+                            budget=budget)
     probe = _probe(backend, s, pub)
     task, n_classes, n_out = probe["task"], probe["n_classes"], probe["n_outputs"]
     backend.task, backend.n_classes, backend.n_outputs = task, n_classes, n_out
@@ -154,8 +158,8 @@ def _probe(backend: RemoteBackend, s: Any, pub: dict[str, Any]) -> dict[str, Any
         x = torch.as_tensor(pub["pool"][:1], dtype=torch.float64)
     kind = s.interface.output
     try:
+        backend.bill(len(x))  # the check is charged before it is sent, like every query
         raw = backend._ask(x, None)
-        backend.unbilled += 1
         task, n_classes, n_out = pub["task"], pub["n_classes"], pub["n_outputs"]
         cols = raw.reshape(1, -1).shape[1]
         if n_classes is None:  # no dataset named: learn the class count from the answer
@@ -175,10 +179,12 @@ def _probe(backend: RemoteBackend, s: Any, pub: dict[str, Any]) -> dict[str, Any
         backend.task, backend.n_classes, backend.n_outputs = task, n_classes, n_out
         backend._shape_predictions(raw, kind)
         if s.interface.kind in ("gradient", "smoothgrad"):
+            backend.bill(len(x))
             backend.explain(x, s.interface.kind, torch.Generator())
-            backend.unbilled += 1
-    except EndpointQuotaExhausted as exc:
-        raise BadInput(f"victim.endpoint: {exc}") from None
+    except BudgetExhausted:
+        raise BadInput(f"defenses.query_budget: {backend.startup_budget} is too small for the start-up "
+                       f"check of the endpoint {backend.where} and its retries "
+                       f"({backend.unbilled} rows sent)") from None
     except (EndpointError, InterfaceError) as exc:
         raise BadInput(f"victim.endpoint: {backend.scrub(str(exc))}") from None
     return {"task": task, "n_classes": n_classes, "n_outputs": n_out}

@@ -68,6 +68,9 @@ def export_pyfunc(s: Any, path: str | Path) -> Path:
     if out.exists() and any(out.iterdir()):
         raise BadInput(f"--export-mlflow: {out} exists and is not empty")
     served, victim = build_served(s)
+    if getattr(victim.truth.model, "predictions_only", False):
+        raise BadInput("--export-mlflow: an ONNX victim is served by `leakmeter serve` (the pyfunc "
+                       "export saves torch models); allowed: a state_dict or safetensors model")
     model = _scripted(victim.truth.model, victim.info)
     with tempfile.TemporaryDirectory() as tmp:
         mfile = Path(tmp) / "victim.pt"

@@ -1,26 +1,41 @@
-"""The reference endpoint: a victim served over HTTP with MLflow's scoring protocol.
+"""The reference endpoint: a victim served over HTTP with MLflow's scoring protocol, on FastAPI
+and uvicorn.
 
     POST /invocations  {"inputs": [[...], ...], "params": {"explain": "gradient"}}
                        → {"predictions": [...]}
     GET  /ping, /health → 200;  GET /version → leakmeter version and the public facts
 
-Defenses are applied server side (victims/http/served.py). A query budget is kept per API key (the
-token of `Authorization: Bearer KEY` or `X-API-Key: KEY`; requests without one share the key
-"anonymous"); a request that would overrun it is refused with 429 and error code
-RESOURCE_EXHAUSTED, before anything is computed. With `keys`, only those keys are accepted (401).
-Errors are MLflow-style JSON: {"error_code": ..., "message": ...}. Keys are never logged.
+Defenses are applied server side (victims/http/served.py). Authentication: `Authorization: Bearer
+KEY` or `X-API-Key: KEY`; any other Authorization scheme is refused (401). With `keys`, only those
+keys are accepted (compared in constant time), else requests without a key share the key
+"anonymous". A query budget is kept per key; a request that would overrun it is refused with 429
+and error code RESOURCE_EXHAUSTED before anything is computed. Errors are MLflow-style JSON
+{"error_code": ..., "message": ...}; they never echo headers or query strings. Keys are never
+logged.
+
+Hardening (victims/http/guard.py holds the numbers): bodies over `max_body` are refused with 413
+(from Content-Length before reading, or while reading a chunked body); every request must arrive
+whole within a deadline (slow or half-sent requests are dropped); open connections, body readers
+and answering threads are bounded; malformed, non-UTF-8 or deeply nested JSON is a 400, a bad
+Content-Length a 400 (from h11), never a 500.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hmac
 import json
+import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import numpy as np
+from fastapi import Request  # at module level: FastAPI resolves the handlers' annotations here
+
+from victims.http.guard import ServerLimits, guarded_protocol
 from victims.http.served import RequestError, ServedModel
 
-MAX_BODY = 256 * 1024 * 1024  # bytes
+__all__ = ["KeyBudgets", "ServerLimits", "VictimServer", "make_app"]
 
 
 class KeyBudgets:
@@ -51,111 +66,196 @@ def _version() -> str:
         return "unknown"
 
 
-def make_handler(served: ServedModel, budgets: KeyBudgets, keys: set[str] | None,
-                 log: Any = None) -> type[BaseHTTPRequestHandler]:
-    """The request handler class for one served victim."""
+def api_key(headers: Any, keys: set[str] | None) -> str:
+    """The request's API key ("anonymous" without one on an open server); RequestError(401) for a
+    wrong scheme, an empty key, or (with `keys`) a key not on the list."""
+    auth, header_key = headers.get("authorization"), headers.get("x-api-key")
+    key: str | None = None
+    if auth is not None:
+        scheme, _, token = auth.strip().partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token or " " in token:
+            raise RequestError(401, "UNAUTHENTICATED", "only 'Authorization: Bearer <key>' (or "
+                               "'X-API-Key: <key>') is accepted")
+        key = token
+    elif header_key is not None:
+        key = header_key.strip()
+        if not key:
+            raise RequestError(401, "UNAUTHENTICATED", "empty X-API-Key")
+    if keys is not None:
+        given = (key or "").encode()
+        known = False
+        for k in keys:  # compare with every key, in constant time: no early exit to time
+            known |= hmac.compare_digest(given, k.encode())
+        if key is None or not known:
+            raise RequestError(401, "UNAUTHENTICATED", "missing or unknown API key")
+    return key or "anonymous"
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = True  # one small answer per request: no 40 ms delayed-ACK stall
-        server_version = "leakmeter"
 
-        def log_message(self, fmt: str, *args: Any) -> None:  # request line only, never headers
-            if log is not None:
-                log(f"{self.address_string()} {fmt % args}")
+def parse_request(raw: bytes, served: ServedModel) -> tuple[np.ndarray, str | None]:
+    """The rows and the explanation kind of a request body; RequestError(400) when malformed."""
+    try:
+        body = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise RequestError(400, "MALFORMED_REQUEST", "the body is not UTF-8") from None
+    except RecursionError:
+        raise RequestError(400, "MALFORMED_REQUEST", "the JSON is nested too deeply") from None
+    except ValueError:
+        raise RequestError(400, "MALFORMED_REQUEST", "the body is not valid JSON") from None
+    if not isinstance(body, dict) or not any(k in body for k in ("inputs", "instances")):
+        raise RequestError(400, "BAD_REQUEST", 'expected {"inputs": [[...], ...]}')
+    params = body.get("params") or {}
+    explain = params.get("explain") if isinstance(params, dict) else None
+    if explain is not None and not isinstance(explain, str):
+        raise RequestError(400, "INVALID_PARAMETER_VALUE", "params.explain must be a string")
+    try:
+        x = served.parse_inputs(body.get("inputs", body.get("instances")))
+    except RecursionError:
+        raise RequestError(400, "BAD_REQUEST", "inputs are nested too deeply") from None
+    return x, explain
 
-        def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
-            data = (json.dumps(body) if not isinstance(body, bytes) else body)
-            raw = data.encode() if isinstance(data, str) else data
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            for k, v in (headers or {}).items():
-                self.send_header(k, v)
-            self.end_headers()
-            self.wfile.write(raw)
 
-        def _error(self, exc: RequestError) -> None:
-            self._send(exc.status, {"error_code": exc.code, "message": exc.message})
+def make_app(served: ServedModel, budgets: KeyBudgets, keys: set[str] | None,
+             limits: ServerLimits = ServerLimits(), log: Any = None) -> Any:
+    """The ASGI app (FastAPI) for one served victim."""
+    import anyio
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse, Response
+    from starlette.exceptions import HTTPException
 
-        def do_GET(self) -> None:  # noqa: N802
-            path = self.path.split("?")[0]
-            if path in ("/ping", "/health"):
-                self._send(200, b"\n")
-            elif path == "/version":
-                self._send(200, {"leakmeter": _version(), **served.meta,
-                                 "defenses": served.defenses.active(),
-                                 "query_budget_per_key": budgets.budget})
-            else:
-                self._send(404, {"error_code": "ENDPOINT_NOT_FOUND", "message": f"no route {path}"})
+    app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
+    readers = asyncio.Semaphore(limits.max_readers)
+    workers = anyio.CapacityLimiter(limits.max_inflight)
 
-        def _api_key(self) -> str:
-            auth = self.headers.get("Authorization", "")
-            scheme, _, token = auth.partition(" ")
-            key = token.strip() if token else auth.strip()
-            return key or self.headers.get("X-API-Key", "").strip() or "anonymous"
+    def error(exc: RequestError) -> Response:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        if exc.status == 503:
+            headers = {"Retry-After": "1"}
+        return JSONResponse({"error_code": exc.code, "message": exc.message}, exc.status, headers)
 
-        def do_POST(self) -> None:  # noqa: N802
-            try:
-                if self.path.split("?")[0] != "/invocations":
-                    raise RequestError(404, "ENDPOINT_NOT_FOUND", f"no route {self.path}")
-                key = self._api_key()
-                if keys is not None and key not in keys:
-                    raise RequestError(401, "UNAUTHENTICATED", "missing or unknown API key")
-                length = int(self.headers.get("Content-Length") or 0)
-                if length <= 0 or length > MAX_BODY:
-                    raise RequestError(400, "BAD_REQUEST", "a JSON body is required")
-                try:
-                    body = json.loads(self.rfile.read(length))
-                except (ValueError, UnicodeDecodeError):
-                    raise RequestError(400, "MALFORMED_REQUEST", "the body is not valid JSON") from None
-                if not isinstance(body, dict) or not any(k in body for k in ("inputs", "instances")):
-                    raise RequestError(400, "BAD_REQUEST", 'expected {"inputs": [[...], ...]}')
-                params = body.get("params") or {}
-                explain = params.get("explain") if isinstance(params, dict) else None
-                x = served.parse_inputs(body.get("inputs", body.get("instances")))
-                budgets.charge(key, len(x))
-                out = served.answer(x, explain)
-                self._send(200, {"predictions": out.tolist()})
-            except RequestError as exc:
-                self._error(exc)
-            except Exception as exc:  # noqa: BLE001 - a server bug answers 500, never a hang
-                self._send(500, {"error_code": "INTERNAL_ERROR", "message": type(exc).__name__})
+    def access(request: Request, status: int) -> None:
+        if log is not None:  # method, path and status only: never headers, keys or query strings
+            host = request.client.host if request.client else "-"
+            log(f"{host} {request.method} {request.url.path} {status}")
 
-    return Handler
+    async def read_body(request: Request) -> bytes:
+        length = request.headers.get("content-length")
+        if length is not None and int(length) > limits.max_body:  # h11 checked it is a number
+            raise RequestError(413, "REQUEST_TOO_LARGE", f"the body is over {limits.max_body} bytes")
+        try:
+            await asyncio.wait_for(readers.acquire(), limits.queue_timeout_s)
+        except TimeoutError:
+            raise RequestError(503, "TEMPORARILY_UNAVAILABLE", "too many requests in flight") from None
+        try:
+            chunks, size = [], 0
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limits.max_body:
+                    raise RequestError(413, "REQUEST_TOO_LARGE", f"the body is over {limits.max_body} bytes")
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            readers.release()
+
+    def answer(raw: bytes, key: str) -> list:
+        x, explain = parse_request(raw, served)
+        budgets.charge(key, len(x))
+        return served.answer(x, explain).tolist()
+
+    @app.post("/invocations")
+    async def invocations(request: Request) -> Response:
+        try:
+            key = api_key(request.headers, keys)
+            raw = await read_body(request)
+            if not raw:
+                raise RequestError(400, "BAD_REQUEST", "a JSON body is required")
+            out = await anyio.to_thread.run_sync(answer, raw, key, limiter=workers)
+            response: Response = JSONResponse({"predictions": out})
+        except RequestError as exc:
+            response = error(exc)
+        access(request, response.status_code)
+        return response
+
+    @app.get("/ping")
+    @app.get("/health")
+    async def ping() -> Response:
+        return Response(b"\n", media_type="application/json")
+
+    @app.get("/version")
+    async def version() -> Response:
+        return JSONResponse({"leakmeter": _version(), **served.meta, "defenses": served.defenses.active(),
+                             "query_budget_per_key": budgets.budget})
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        code = {404: "ENDPOINT_NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, "BAD_REQUEST")
+        access(request, exc.status_code)
+        return error(RequestError(exc.status_code, code, f"no route {request.method} {request.url.path}"))
+
+    @app.exception_handler(Exception)
+    async def crash(request: Request, exc: Exception) -> Response:  # a server bug: 500, never a hang
+        access(request, 500)
+        return error(RequestError(500, "INTERNAL_ERROR", type(exc).__name__))
+
+    return app
 
 
 class VictimServer:
-    """A running threaded HTTP server for one victim; `close()` stops it."""
+    """A running server for one victim; `start()` serves in a background thread, `serve_forever()`
+    in this one (stopping cleanly on SIGINT/SIGTERM), `close()` stops it."""
 
     def __init__(self, served: ServedModel, host: str = "127.0.0.1", port: int = 0,
-                 budget: int | None = None, keys: set[str] | None = None, log: Any = None):
+                 budget: int | None = None, keys: set[str] | None = None, log: Any = None,
+                 limits: ServerLimits | None = None):
+        import uvicorn
+
+        self.limits = limits or ServerLimits()
         self.budgets = KeyBudgets(budget)
-        self.httpd = ThreadingHTTPServer((host, port), make_handler(served, self.budgets, keys, log))
-        self.httpd.daemon_threads = True
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.sock = socket.socket(family, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self.sock.bind((host, port))  # OSError here: the caller says which port
+            self.sock.listen(self.limits.backlog)
+        except OSError:
+            self.sock.close()
+            raise
+        app = make_app(served, self.budgets, keys, self.limits, log)
+        config = uvicorn.Config(app, http=guarded_protocol(self.limits), ws="none", lifespan="off",
+                                log_config=None, log_level="error", access_log=False,
+                                timeout_keep_alive=int(self.limits.keep_alive_s),
+                                backlog=self.limits.backlog, server_header=False, date_header=False)
+        self.server = uvicorn.Server(config)
         self.thread: threading.Thread | None = None
 
     @property
     def port(self) -> int:
-        return int(self.httpd.server_address[1])
+        return int(self.sock.getsockname()[1])
 
     @property
     def url(self) -> str:
-        host = self.httpd.server_address[0]
+        host = self.sock.getsockname()[0]
+        host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{self.port}/invocations"
 
-    def start(self) -> VictimServer:
-        """Serve in a background thread; returns self."""
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+    def start(self, timeout_s: float = 30.0) -> VictimServer:
+        """Serve in a background thread; returns self once the server accepts connections."""
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
+                                       daemon=True)
         self.thread.start()
+        waited = 0.0
+        while not self.server.started and self.thread.is_alive() and waited < timeout_s:
+            threading.Event().wait(0.02)
+            waited += 0.02
+        if not self.server.started:
+            raise RuntimeError("the server did not start")
         return self
 
     def serve_forever(self) -> None:
-        self.httpd.serve_forever()
+        self.server.run(sockets=[self.sock])
 
     def close(self) -> None:
+        self.server.should_exit = True
         if self.thread is not None:
-            self.httpd.shutdown()
-        self.httpd.server_close()
-        if self.thread is not None:
-            self.thread.join(timeout=5)
+            self.thread.join(timeout=10)
+        self.sock.close()

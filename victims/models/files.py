@@ -1,7 +1,27 @@
-"""User model files: TorchScript, or a state_dict (read with weights_only) plus its architecture."""
+"""User model files, safe by default: reading a file never runs code from it.
+
+Formats (`victim.model.format`), told apart by the file's bytes, never by its name:
+- `state_dict`: a `torch.save`d dict of tensors, read with `torch.load(weights_only=True)` (a
+  restricted unpickler that builds tensors and plain containers only), plus its architecture in
+  `victim.model.spec`;
+- `safetensors`: a dict of tensors in the safetensors format (a JSON header and raw bytes), plus
+  `victim.model.spec`;
+- `onnx`: a model graph answered by onnxruntime (the optional extra `leakmeter[onnx]`); it answers
+  predictions only (onnxruntime computes no input gradients), which serves the prediction API
+  and the finite-difference attacks;
+- `torchscript`: a *program* — its code (including `__setstate__` methods) runs when the file is
+  loaded. Loaded only when the scenario says `format: torchscript` **and** the command was given
+  `--trust-model-code`; never under `auto`.
+`auto` (the default) picks state_dict, safetensors or ONNX from the bytes, and refuses TorchScript
+archives and anything it does not recognise.
+"""
 
 from __future__ import annotations
 
+import json
+import struct
+import warnings
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +30,88 @@ from torch import nn
 
 from victims.errors import BadInput
 from victims.models.builders import build_model
+
+FORMATS = ("auto", "state_dict", "safetensors", "onnx", "torchscript")
+MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024
+_trust_model_code = False  # set by the CLI's --trust-model-code only
+
+
+def allow_model_code(allowed: bool = True) -> None:
+    """Allow `format: torchscript` files to be loaded (their code runs): --trust-model-code."""
+    global _trust_model_code
+    _trust_model_code = bool(allowed)
+
+
+def model_code_allowed() -> bool:
+    return _trust_model_code
+
+
+def sniff(path: Path) -> str:
+    """What the file's bytes say it is: torchscript | state_dict | safetensors | onnx | unknown.
+    Reads headers only; nothing is unpickled or run."""
+    with open(path, "rb") as fh:
+        head = fh.read(16)
+        size = path.stat().st_size
+    if head.startswith(b"PK\x03\x04"):
+        try:
+            with zipfile.ZipFile(path) as zf:
+                names = zf.namelist()
+        except (zipfile.BadZipFile, OSError, ValueError):
+            return "unknown"
+        if any(n.endswith("constants.pkl") or "/code/" in n for n in names):
+            return "torchscript"
+        return "state_dict" if any(n.endswith("data.pkl") for n in names) else "unknown"
+    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        return "state_dict"  # torch.save's legacy (pickle) layout; read by the restricted unpickler
+    if len(head) >= 9:
+        (n,) = struct.unpack("<Q", head[:8])
+        if 2 <= n <= min(MAX_SAFETENSORS_HEADER, size - 8) and head[8:9] == b"{":
+            return "safetensors"
+    if head[:1] == b"\x08" and 1 <= head[1] <= 20:  # protobuf field 1 (ir_version) of an ONNX model
+        return "onnx"
+    return "unknown"
+
+
+def _trust_hint(path: Path) -> str:
+    return (f"victim.model.path: {path} is a TorchScript archive, a program whose code runs when it is "
+            "loaded; leakmeter does not run it unless the scenario says format: torchscript and the "
+            "command is given --trust-model-code (only for files you trust), or export its weights "
+            "as a state_dict, safetensors or ONNX file")
+
+
+def resolve_format(spec: Any) -> str:
+    """The format the file will be read as, checked without reading it (validate and run);
+    BadInput saying why a file is refused and how to opt in."""
+    path = Path(spec.path)
+    if not path.is_file():
+        raise BadInput(f"victim.model.path: {path} not found")
+    found = sniff(path)
+    fmt = spec.format
+    if fmt == "torchscript":
+        if not model_code_allowed():
+            raise BadInput("victim.model.format: torchscript runs the file's code when it is loaded; "
+                           "pass --trust-model-code to allow it (only for files you trust)")
+        if found != "torchscript":
+            raise BadInput(f"victim.model.path: {path} is not a TorchScript archive (it looks like "
+                           f"{found}); allowed for format: torchscript: a torch.jit.save file")
+        return fmt
+    if found == "torchscript":
+        raise BadInput(_trust_hint(path))
+    if found == "unknown":
+        raise BadInput(f"victim.model.path: {path} is not a model file leakmeter reads (allowed: a "
+                       "state_dict saved with torch.save, safetensors, ONNX)")
+    if fmt != "auto" and fmt != found:
+        raise BadInput(f"victim.model.format: {fmt} does not match {path}, which is a {found} file")
+    if found in ("state_dict", "safetensors") and spec.spec is None:
+        raise BadInput(f"victim.model.spec: {path} is a {found} file; give its architecture under "
+                       "victim.model.spec (e.g. {arch: mlp, hidden: [64]})")
+    if found == "onnx":
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            raise BadInput(f"victim.model.path: {path} is an ONNX model; reading it needs onnxruntime "
+                           "(pip install 'leakmeter[onnx]')") from None
+    return found
 
 
 def model_for(spec: Any, input_shape: tuple[int, ...], n_outputs: int) -> nn.Module:
@@ -20,31 +122,18 @@ def model_for(spec: Any, input_shape: tuple[int, ...], n_outputs: int) -> nn.Mod
 
 
 def load_model_file(spec: Any, input_shape: tuple[int, ...], n_outputs: int) -> nn.Module:
-    """Load a user's model file: TorchScript, or a state_dict (weights_only) plus `spec.spec`."""
+    """Load a user's model file in the format `resolve_format` allows."""
     path = Path(spec.path)
-    if not path.is_file():
-        raise BadInput(f"victim.model.path: {path} not found")
-    fmt = spec.format
-    if fmt in ("auto", "torchscript"):
+    fmt = resolve_format(spec)
+    if fmt == "torchscript":  # opted in twice: the scenario's format and --trust-model-code
         try:
             return torch.jit.load(str(path), map_location="cpu")
-        except Exception as exc:  # noqa: BLE001 - any load failure means "not TorchScript"
-            if fmt == "torchscript":
-                raise BadInput(f"victim.model.path: {path} is not a TorchScript file ({exc})") from None
-    try:
-        state = torch.load(str(path), map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001
-        raise BadInput(
-            f"victim.model.path: {path} is neither TorchScript nor a weights-only state_dict "
-            f"({type(exc).__name__})"
-        ) from None
-    if not isinstance(state, dict):
-        raise BadInput(f"victim.model.path: {path} holds a {type(state).__name__}, not a state_dict")
-    if spec.spec is None:
-        raise BadInput(
-            f"victim.model.spec: {path} is a state_dict; give its architecture under "
-            "victim.model.spec (e.g. {arch: mlp, hidden: [64]})"
-        )
+        except Exception as exc:  # noqa: BLE001
+            raise BadInput(f"victim.model.path: {path} is not a loadable TorchScript file "
+                           f"({type(exc).__name__})") from None
+    if fmt == "onnx":
+        return OnnxModel(path, input_shape)
+    state = read_tensors(path, fmt)
     model = build_model(spec.spec, input_shape, n_outputs)
     floats = [v.dtype for v in state.values() if torch.is_tensor(v) and v.is_floating_point()]
     if floats:
@@ -55,3 +144,70 @@ def load_model_file(spec: Any, input_shape: tuple[int, ...], n_outputs: int) -> 
         first = str(exc).splitlines()[0]
         raise BadInput(f"victim.model.spec: does not match {path}: {first}") from None
     return model
+
+
+def read_tensors(path: Path, fmt: str) -> dict[str, torch.Tensor]:
+    """A dict of tensors from a state_dict (restricted unpickler) or safetensors file."""
+    if fmt == "safetensors":
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(str(path), device="cpu")
+        except (SafetensorError, OSError, ValueError, json.JSONDecodeError) as exc:
+            raise BadInput(f"victim.model.path: {path} is not a readable safetensors file "
+                           f"({type(exc).__name__})") from None
+    try:
+        with warnings.catch_warnings():  # torch warns about pickle protocols: our one line says it all
+            warnings.simplefilter("ignore")
+            state = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - e.g. UnpicklingError on a pickled object
+        raise BadInput(f"victim.model.path: {path} is not a weights-only state_dict: it holds "
+                       f"something other than tensors ({type(exc).__name__}); nothing was run") from None
+    if not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
+        raise BadInput(f"victim.model.path: {path} holds a {type(state).__name__}, not a state_dict "
+                       "of tensors")
+    return state
+
+
+class OnnxModel(nn.Module):
+    """An ONNX graph answered by onnxruntime, as a torch module for the forward pass only.
+
+    A zero-size parameter carries the graph's input dtype, so the victim keeps the file's
+    precision (float64 graphs are queried in float64)."""
+
+    predictions_only = True
+
+    def __init__(self, path: Path, input_shape: tuple[int, ...]):
+        super().__init__()
+        import numpy as np
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        opts.inter_op_num_threads = 1
+        try:
+            self._session = ort.InferenceSession(str(path), sess_options=opts,
+                                                 providers=["CPUExecutionProvider"])
+        except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own error types
+            raise BadInput(f"victim.model.path: {path} is not a loadable ONNX model "
+                           f"({type(exc).__name__})") from None
+        inputs = self._session.get_inputs()
+        if len(inputs) != 1:
+            raise BadInput(f"victim.model.path: {path} has {len(inputs)} inputs; leakmeter queries "
+                           "models with one input (a batch of rows)")
+        kinds = {"tensor(double)": (np.float64, torch.float64), "tensor(float)": (np.float32, torch.float32)}
+        if inputs[0].type not in kinds:
+            raise BadInput(f"victim.model.path: {path} takes {inputs[0].type}; allowed: "
+                           "tensor(float), tensor(double)")
+        self._input = inputs[0].name
+        self._np_dtype, dtype = kinds[inputs[0].type]
+        rank = len(inputs[0].shape or [])
+        self._shape = (-1, *input_shape) if rank == 1 + len(input_shape) else (-1, int(np.prod(input_shape)))
+        self.precision = nn.Parameter(torch.zeros(0, dtype=dtype), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = len(x)
+        arr = x.detach().cpu().numpy().astype(self._np_dtype, copy=False).reshape(self._shape)
+        out = self._session.run(None, {self._input: arr})[0]
+        return torch.as_tensor(out).reshape(n, -1).to(x.device)

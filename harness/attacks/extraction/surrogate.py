@@ -11,10 +11,11 @@ matched as if they were raw gradients (App. D: the paper sees no loss from it).
 
 The surrogate class is an MLP: the victim's widths when the attacker is declared to know the
 architecture (`attacker.knows_architecture`, or a white-box release; "same class"), else
-`hidden` (the paper's "unknown model class", Sec. 5.2). Snapshots are taken at 1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 70, 100, … points (warm-started, `steps` full-batch Adam
-steps each); the scorer turns them into the fidelity/accuracy curve vs oracle queries. Beyond
-the paper: ℓ_G is normalised by the mean squared gradient norm so λ is scale-free, and queries
-are counted as the oracle counts them (a point with its explanation costs 2).
+`hidden` (the paper's "unknown model class", Sec. 5.2). Snapshots are taken at 1, 2, 3, 5, 7,
+10, 15, 20, 30, 50, 70, 100, … points (warm-started, `steps` full-batch Adam steps each); the
+scorer turns them into the fidelity/accuracy curve vs oracle queries. Beyond the paper: ℓ_G is
+normalised by the mean squared gradient norm so λ is scale-free, and queries are counted as the
+oracle counts them (a point with its explanation costs 2).
 """
 
 from __future__ import annotations

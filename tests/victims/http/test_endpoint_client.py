@@ -23,7 +23,12 @@ from harness.oracle import Oracle
 from harness.runner import run_scenario
 from harness.scenario import scenario_from_dict
 from victims.build import build_victim
-from victims.http.client import EndpointError, EndpointQuotaExhausted
+from victims.http.client import (
+    EndpointError,
+    EndpointFaults,
+    EndpointQuotaExhausted,
+    EndpointRefused,
+)
 
 D, C = 5, 3
 W = np.random.default_rng(0).standard_normal((D, C))
@@ -166,16 +171,36 @@ def test_transient_faults_over_1000_requests_recover_exactly_within_budget():
         assert {"500", "429", "connection", "malformed", "502", "timeout"} <= set(stats.faults)
 
 
-def test_budget_is_never_exceeded_whatever_the_faults():
+def test_budget_is_never_exceeded_whatever_the_faults_and_a_starved_attack_says_faults():
     x = np.random.default_rng(2).standard_normal((1000, D))
     budget = 1060  # the oracle charges the 1000 first tries up front; 59 rows are left for retries
     with FaultServer(cycle_faults(every=2)) as srv:
         oracle, victim = remote(srv.url, budget=budget)
-        with pytest.raises(BudgetExhausted):
-            oracle.view("t").predict(torch.as_tensor(x))
+        view = oracle.view("t")
+        with pytest.raises(EndpointFaults) as err:
+            view.predict(torch.as_tensor(x))
+        assert err.value.stopped_by == "faults" and not isinstance(err.value, BudgetExhausted)
         assert oracle.ledger.used <= budget
         assert srv.rows == victim.backend.stats.rows_sent <= budget
         assert 1 + 500 > srv.requests > 30  # it stopped at the budget, long before the end
+        assert view.queries == 0  # nothing of the failed batch reached the attacker
+        stats = victim.backend.stats_for("t")
+        assert stats["queries_sent"] == srv.rows - 1  # all but the start-up check
+        assert stats["retries"] > 20 and stats["faults"] >= stats["retries"]
+        # the next batch is refused by the budget: the re-sends ate it, so it is still faults
+        with pytest.raises(EndpointFaults):
+            view.predict(torch.as_tensor(x[:2]))
+
+
+def test_a_budget_spent_without_faults_stops_by_budget():
+    with FaultServer(lambda i: "ok") as srv:
+        oracle, victim = remote(srv.url, budget=11)
+        view = oracle.view("t")
+        view.predict(torch.zeros(10, D, dtype=torch.float64))
+        with pytest.raises(BudgetExhausted) as err:
+            view.predict(torch.zeros(1, D, dtype=torch.float64))
+        assert err.value.stopped_by == "budget"
+        assert view.queries == 10 and srv.rows == 11 == oracle.ledger.used
 
 
 def test_retry_after_is_honoured():
@@ -188,17 +213,19 @@ def test_retry_after_is_honoured():
     np.testing.assert_array_equal(y.numpy(), softmax_rows(np.zeros((4, D))))
 
 
-@pytest.mark.parametrize("fault, words", [
-    ("500", ["HTTP 500", "gave up after 3 attempts"]),
-    ("html200", ["HTML page", "gave up"]),
-    ("badjson", ["invalid JSON", "gave up"]),
-    ("drop", ["connection failed", "gave up"]),
+@pytest.mark.parametrize("fault, words, stopped_by", [
+    ("500", ["HTTP 500", "gave up after 3 attempts"], "faults"),
+    ("html200", ["HTML page", "gave up"], "faults"),
+    ("badjson", ["invalid JSON", "gave up"], "faults"),
+    ("drop", ["connection failed", "gave up"], "faults"),
+    ("429", ["429", "gave up", "rate limited"], "endpoint"),
 ])
-def test_permanent_faults_end_with_a_clear_error_naming_the_endpoint(fault, words):
+def test_permanent_faults_end_with_a_clear_error_naming_the_endpoint(fault, words, stopped_by):
     with FaultServer(lambda i: "ok" if i == 0 else fault) as srv:
         oracle, victim = remote(srv.url, retries=2)
         with pytest.raises(EndpointError) as err:
             oracle.view("t").predict(torch.zeros(2, D, dtype=torch.float64))
+        assert err.value.stopped_by == stopped_by
         msg = str(err.value)
         assert srv.url in msg and all(w in msg for w in words), msg
         assert srv.requests == 1 + 3 and oracle.ledger.used == 1 + 3 * 2
@@ -239,16 +266,18 @@ def test_endpoint_quota_429_ends_the_attack_honestly():
         oracle, _ = remote(srv.url)
         view = oracle.view("t")
         view.predict(torch.zeros(4, D, dtype=torch.float64))
-        with pytest.raises(EndpointQuotaExhausted, match="spent"):
+        with pytest.raises(EndpointQuotaExhausted, match="spent") as err:
             view.predict(torch.zeros(4, D, dtype=torch.float64))
         assert srv.requests == 4  # a spent quota is not retried
+        assert err.value.stopped_by == "endpoint" and not isinstance(err.value, BudgetExhausted)
+        assert view.queries == 4
 
 
 def test_token_never_appears_in_errors_even_when_the_server_echoes_it(monkeypatch):
     monkeypatch.setenv("LM_TEST_TOKEN", TOKEN)
     with FaultServer(lambda i: "ok" if i == 0 else "echo401") as srv:
         oracle, victim = remote(srv.url, auth_env="LM_TEST_TOKEN")
-        with pytest.raises(EndpointError) as err:
+        with pytest.raises(EndpointRefused) as err:
             oracle.view("t").predict(torch.zeros(2, D, dtype=torch.float64))
     text = str(err.value) + repr(err.value) + repr(victim.backend) + repr(victim.record)
     assert "HTTP 401" in text and "bad key Bearer ***" in text

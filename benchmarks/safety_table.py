@@ -1,0 +1,130 @@
+"""Hostile inputs fed to `leakmeter validate` and `leakmeter run` as real processes: prints a table
+of exit codes, seconds, tracebacks and the first error line, for whichever checkout is imported.
+
+    python benchmarks/safety_table.py                         # this checkout
+    LEAKMETER_CHECKOUT=/path/to/other python benchmarks/safety_table.py   # another version
+
+Rows: the validation table of tests/harness/test_validation_table.py, a crafted TorchScript file
+and a crafted pickle that create a marker file if any of their code runs (format auto and
+torchscript), and `defenses.query_budget: 0` against a listening socket (rows sent).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(HERE))  # this checkout builds the crafted files, whatever is tested
+sys.path.insert(0, str(HERE / "tests" / "harness"))
+sys.path.insert(0, str(HERE / "tests" / "victims"))
+sys.path.insert(0, str(HERE / "tests"))
+
+from test_validation_table import BASE, ENDPOINT, ROWS, _write  # noqa: E402
+
+LIMIT_S = 60
+
+
+def leakmeter(args: list[str], cwd: Path) -> tuple[int | str, float, str]:
+    env = {**os.environ, "LEAKMETER_THREADS": "1",
+           "PYTHONPATH": os.environ.get("LEAKMETER_CHECKOUT", str(HERE))}
+    t0 = time.perf_counter()
+    try:
+        res = subprocess.run([sys.executable, "-c", "from harness.cli import main; main()", *args], cwd=cwd,
+                             env=env, capture_output=True, text=True, timeout=LIMIT_S)
+    except subprocess.TimeoutExpired:
+        return "timeout", time.perf_counter() - t0, ""
+    err = res.stderr
+    first = next((ln for ln in err.splitlines() if ln.startswith("leakmeter:")), err.strip()[-120:])
+    flag = " [traceback]" if "Traceback" in err else ""
+    return res.returncode, time.perf_counter() - t0, first[:110] + flag
+
+
+def row(name: str, path: Path, cwd: Path) -> str:
+    v = leakmeter(["validate", str(path)], cwd)
+    r = leakmeter(["run", str(path), "--no-tracking", "--out", str(cwd / "out")], cwd)
+    return f"| {name} | {v[0]} ({v[1]:.1f} s) | {r[0]} ({r[1]:.1f} s) | {r[2] or v[2]} |"
+
+
+def crafted_rows(folder: Path) -> list[str]:
+    from test_model_files import WritesMarker, crafted_torchscript
+
+    out = []
+    marker = folder / "MARKER"
+    ts, pk = folder / "payload.pt", folder / "payload.pth"
+    crafted_torchscript(ts, marker)
+    pk.write_bytes(pickle.dumps({"w": WritesMarker(marker)}))
+    for name, path, fmt in (("crafted TorchScript, format auto", ts, "auto"),
+                            ("crafted TorchScript, format torchscript (no flag)", ts, "torchscript"),
+                            ("crafted pickle, format auto", pk, "auto")):
+        data = copy.deepcopy(BASE)
+        data["victim"]["model"] = {"arch": "file", "path": str(path), "format": fmt,
+                                   "spec": {"arch": "mlp", "hidden": [12]}}
+        data["interface"]["kind"] = "prediction"
+        p = folder / "s.yaml"
+        p.write_text(yaml.safe_dump(data))
+        if marker.exists():
+            marker.unlink()
+        line = row(name, p, folder)
+        out.append(line.replace(" |\n", "") + (" code RAN (marker written) |" if marker.exists() else
+                                                 " no code ran |"))
+    return out
+
+
+def budget_zero_row(folder: Path) -> str:
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    srv.settimeout(0.2)
+    received = [0]
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                continue
+            received[0] += 1
+            conn.close()
+
+    th = threading.Thread(target=watch, daemon=True)
+    th.start()
+    data = copy.deepcopy(BASE)
+    data["victim"]["endpoint"] = {**ENDPOINT, "url": f"http://127.0.0.1:{srv.getsockname()[1]}/x",
+                                  "retries": 2, "backoff_s": 0.01}
+    data["interface"]["kind"] = "prediction"
+    data["defenses"] = {"query_budget": 0}
+    p = folder / "b0.yaml"
+    p.write_text(yaml.safe_dump(data))
+    line = row("query_budget: 0 against an endpoint", p, folder)
+    stop.set()
+    th.join()
+    srv.close()
+    return f"{line} connections received: {received[0]} |"
+
+
+def main() -> None:
+    print("| input | validate | run | first error line |\n|---|---|---|---|")
+    for name, (mutation, _words) in ([] if "--files-only" in sys.argv else ROWS.items()):
+        with tempfile.TemporaryDirectory() as tmp:
+            print(row(name, _write(Path(tmp), mutation), Path(tmp)), flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for line in crafted_rows(Path(tmp)):
+            print(line, flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        print(budget_zero_row(Path(tmp)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

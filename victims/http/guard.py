@@ -1,0 +1,72 @@
+"""Connection-level limits for the reference server: uvicorn's HTTP/1.1 protocol (h11) with a
+deadline for every request and a cap on open connections.
+
+uvicorn times out idle keep-alive connections, but not a client that connects and sends nothing,
+nor one that sends half a request and stops (slowloris). Here every request — from the
+connection's first byte, or the first byte after the previous answer — must arrive whole (headers
+and body) within `request_timeout_s`, else the connection is closed. A body the server refused
+early (413) is read and discarded under the same deadline, so the client still reads the answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """The reference server's limits (all per server process)."""
+
+    max_body: int = 8 * 1024 * 1024  # bytes of one request body (413 beyond)
+    request_timeout_s: float = 15.0  # a whole request (headers + body) must arrive within this
+    keep_alive_s: float = 5.0  # idle time allowed between requests on one connection
+    max_connections: int = 4096  # open connections; more are closed at once
+    max_readers: int = 8  # requests reading their body at once
+    max_inflight: int = 2  # requests parsed and answered at once (threads)
+    queue_timeout_s: float = 10.0  # wait for a reading slot before answering 503
+    backlog: int = 2048  # listen backlog
+
+
+def guarded_protocol(limits: ServerLimits) -> type[H11Protocol]:
+    """An H11Protocol class enforcing `limits.request_timeout_s` and `limits.max_connections`."""
+
+    class GuardedH11Protocol(H11Protocol):
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            self._deadline: asyncio.TimerHandle | None = None
+            super().connection_made(transport)
+            if len(self.connections) > limits.max_connections:
+                transport.close()
+                return
+            self._arm()
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._deadline = self.loop.call_later(limits.request_timeout_s, self._expire)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _expire(self) -> None:
+            self._deadline = None
+            if self.conn.their_state in (h11.IDLE, h11.SEND_BODY) and not self.transport.is_closing():
+                self.transport.close()  # the request did not arrive in time
+
+        def data_received(self, data: bytes) -> None:
+            if self._deadline is None and self.conn.their_state is h11.IDLE:
+                self._arm()  # the next request starts now
+            super().data_received(data)
+            if self.conn.their_state not in (h11.IDLE, h11.SEND_BODY):
+                self._disarm()  # the request is whole (or the connection is ending)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+    return GuardedH11Protocol

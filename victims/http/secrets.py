@@ -1,0 +1,252 @@
+"""The secrets scrubber: every string that leaves the process passes through `scrub`.
+
+Secrets are registered when they are read (the endpoint's token, the user:password of its URL, the
+values of credential-like query parameters). `scrub(text)` replaces each of them by ``***`` in every
+form it travels in: as written, percent-encoded, JSON- or repr-escaped, and — for URL userinfo —
+as the base64 of ``user:password`` that a Basic header carries. On top of the registered values,
+three patterns are masked wherever they appear, registered or not: URL userinfo (``scheme://u:p@``),
+credential-named query parameters (``?api_key=...``) and the value of a Bearer/Basic header.
+
+Values shorter than MIN_SECRET characters are masked only through those patterns: replacing a
+two-letter string everywhere would garble every message without protecting anything.
+
+The CLI routes stdout and stderr through `ScrubbingStream`, the runner scrubs the report before it
+is written, and reports/tracking.py's Tracker scrubs what it logs to MLflow (harness passes it this
+module's `scrub`): one scrubber, one registry.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import threading
+from typing import Any
+from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit
+
+MASK = "***"
+MIN_SECRET = 4
+# query parameters whose values are credentials whatever their length
+CREDENTIAL_PARAM = re.compile(
+    r"(?i)^(api[_-]?key|apikey|key|token|access[_-]?token|auth|authorization|secret|client[_-]?secret|"
+    r"password|passwd|pwd|pass|sig|signature|x-amz-signature|x-goog-signature|code|session|sessionid|"
+    r"credential|credentials|jwt|bearer)$")
+_USERINFO = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)[^/\s@?#'\"<>]+@")
+_QUERY_CRED = re.compile(
+    r"(?i)([?&;](?:api[_-]?key|apikey|key|token|access[_-]?token|auth|secret|client[_-]?secret|"
+    r"password|passwd|pwd|sig|signature|x-amz-signature|x-goog-signature|jwt|bearer)=)[^&#\s'\"<>]+")
+# a header value: at least 6 token characters, one of them a digit or punctuation (not a word)
+_AUTH_VALUE = re.compile(
+    r"(?i)\b(bearer|basic)(\s+|%20|\+)(?!\*\*\*)(?=[A-Za-z]*[0-9._~+/=:-])[A-Za-z0-9._~+/=:-]{6,}")
+
+
+def _forms(value: str) -> set[str]:
+    """The ways a value is written in text we might emit."""
+    out = {value, quote(value, safe=""), quote_plus(value), quote(value, safe="/:@")}
+    out.add(json.dumps(value)[1:-1])
+    out.add(json.dumps(value, ensure_ascii=False)[1:-1])
+    out.add(repr(value)[1:-1])
+    return {f for f in out if f}
+
+
+def _b64_forms(raw: bytes) -> set[str]:
+    """Base64 of `raw` (standard and URL-safe, with and without padding)."""
+    std = base64.b64encode(raw).decode()
+    url = base64.urlsafe_b64encode(raw).decode()
+    return {std, std.rstrip("="), url, url.rstrip("=")}
+
+
+class Scrubber:
+    """A registry of secret values and the function that masks them."""
+
+    def __init__(self) -> None:
+        self._values: set[str] = set()
+        self._lock = threading.Lock()
+        self._pattern: re.Pattern[str] | None = None
+
+    def add(self, value: str | None) -> None:
+        """Register a secret (and its encodings)."""
+        if not value or len(value) < MIN_SECRET:
+            return
+        forms = _forms(value) | _forms(unquote(value))
+        forms |= {f for f in _b64_forms(value.encode()) if len(f) >= 8}
+        with self._lock:
+            new = {f for f in forms if len(f) >= MIN_SECRET} - self._values
+            if new:
+                self._values |= new
+                self._pattern = None
+
+    def add_userinfo(self, user: str, password: str | None) -> None:
+        """Register URL credentials: each part, and `user:password` as a Basic header sends it."""
+        for part in (user, password):
+            self.add(part)
+        for u, p in ((user, password or ""), (unquote(user), unquote(password or ""))):
+            pair = f"{u}:{p}"
+            self.add(pair)
+            for enc in ("utf-8", "latin-1"):
+                try:
+                    raw = pair.encode(enc)
+                except UnicodeEncodeError:
+                    continue
+                with self._lock:
+                    self._values |= _b64_forms(raw)
+                    self._pattern = None
+
+    def add_url(self, url: str) -> None:
+        """Register the credentials a URL carries: userinfo and credential-like query values."""
+        try:
+            parts = urlsplit(url)
+            user, password = parts.username, parts.password
+        except ValueError:
+            return
+        if user is not None:
+            self.add_userinfo(user, password)
+        for name, value in parse_qsl(parts.query, keep_blank_values=False):
+            looks_like_token = len(value) >= 12 and re.search(r"\d", value) and re.search(r"[A-Za-z]", value)
+            if CREDENTIAL_PARAM.match(name) or looks_like_token:
+                self.add(value)
+        raw_query = parts.query
+        for piece in re.split(r"[&;]", raw_query):  # the raw (still encoded) values too
+            name, _, value = piece.partition("=")
+            if value and CREDENTIAL_PARAM.match(unquote(name)):
+                self.add(value)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._values.clear()
+            self._pattern = None
+
+    def _compiled(self) -> re.Pattern[str] | None:
+        with self._lock:
+            if self._pattern is None and self._values:
+                ordered = sorted(self._values, key=len, reverse=True)  # longest first
+                self._pattern = re.compile("|".join(re.escape(v) for v in ordered))
+            return self._pattern
+
+    def __call__(self, text: Any) -> Any:
+        return self.scrub(text)
+
+    def scrub(self, text: Any) -> Any:
+        """`text` with every secret masked; anything that is not a str is returned unchanged."""
+        if not isinstance(text, str) or not text:
+            return text
+        pattern = self._compiled()
+        if pattern is not None:
+            text = pattern.sub(MASK, text)
+        text = _USERINFO.sub(lambda m: f"{m.group(1)}{MASK}@", text)
+        text = _QUERY_CRED.sub(lambda m: f"{m.group(1)}{MASK}", text)
+        return _AUTH_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
+
+    def scrub_obj(self, obj: Any) -> Any:
+        """A copy of plain data (dicts, lists, tuples, strings) with every string scrubbed,
+        dict keys included."""
+        if isinstance(obj, str):
+            return self.scrub(obj)
+        if isinstance(obj, dict):
+            return {self.scrub(k): self.scrub_obj(v) for k, v in obj.items()}
+        if isinstance(obj, list | tuple):
+            return type(obj)(self.scrub_obj(v) for v in obj)
+        return obj
+
+    def scrub_in_place(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Scrub a report dict in place (callers keep their reference); returns it."""
+        clean = self.scrub_obj(obj)
+        obj.clear()
+        obj.update(clean)
+        return obj
+
+
+SECRETS = Scrubber()
+
+
+def scrub(text: Any) -> Any:
+    """Mask every registered secret and credential pattern in `text` (module-level scrubber)."""
+    return SECRETS.scrub(text)
+
+
+def scrub_obj(obj: Any) -> Any:
+    return SECRETS.scrub_obj(obj)
+
+
+class ScrubbingStream:
+    """A text stream that scrubs what is written to it, line by line (so a secret split across
+    two writes is still whole when scrubbed). It has no `buffer`: nobody can write around it."""
+
+    def __init__(self, stream: Any, scrubber: Scrubber = SECRETS):
+        self._stream = stream
+        self._scrub = scrubber
+        self._pending = ""
+        self._lock = threading.Lock()
+
+    @property
+    def wrapped(self) -> Any:
+        return self._stream
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self._stream, "encoding", "utf-8") or "utf-8"
+
+    @property
+    def errors(self) -> str | None:
+        return getattr(self._stream, "errors", "strict")
+
+    def isatty(self) -> bool:
+        return bool(getattr(self._stream, "isatty", lambda: False)())
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):  # a text stream: libraries probe with write(b"")
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        with self._lock:
+            self._pending += text
+            cut = max(self._pending.rfind("\n"), self._pending.rfind("\r"))
+            if cut >= 0:
+                done, self._pending = self._pending[: cut + 1], self._pending[cut + 1 :]
+                self._stream.write(self._scrub.scrub(done))
+        return len(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._pending:
+                self._stream.write(self._scrub.scrub(self._pending))
+                self._pending = ""
+        flush = getattr(self._stream, "flush", None)
+        if flush is not None:
+            flush()
+
+    def close(self) -> None:
+        self.flush()
+
+    @property
+    def closed(self) -> bool:
+        return bool(getattr(self._stream, "closed", False))
+
+
+def install_stream_scrubbing() -> None:
+    """Route sys.stdout and sys.stderr through the scrubber (idempotent)."""
+    import sys
+
+    if not isinstance(sys.stdout, ScrubbingStream):
+        sys.stdout = ScrubbingStream(sys.stdout)
+    if not isinstance(sys.stderr, ScrubbingStream):
+        sys.stderr = ScrubbingStream(sys.stderr)
+
+
+_HEADER_VALUE = re.compile(r"^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$")
+HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+
+
+def valid_header_value(value: str) -> bool:
+    """True when `value` can travel in an HTTP header: visible ASCII, inner spaces only, no
+    control characters (a newline would split the header, and libraries print the value when
+    they refuse it)."""
+    return bool(_HEADER_VALUE.match(value))
