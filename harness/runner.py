@@ -34,11 +34,13 @@ from harness.errors import (
     InterfaceError,
 )
 from harness.oracle import OFFERS, Oracle
+from harness.output import WarningsCapture, attack_line, prune_empty, stage, victim_line
 from harness.rero.product import rero_section
 from harness.scenario import Scenario, flatten
 from harness.scoring import score
 from reports import render
 from reports.html import write_html
+from reports.metadata import run_metadata
 from reports.tracking import Tracker
 from reports.verdict import verdict
 from victims.build import build_victim
@@ -195,7 +197,9 @@ def _log_attack(tracker: Tracker, run_id: str | None, entry: dict[str, Any],
                 art: Artifact | None) -> None:
     """Params, metrics, tags, files and curves of one attack's nested run."""
     tracker.params(run_id, {f"params.{k}": v for k, v in flatten(entry["params"]).items()})
-    tracker.metrics(run_id, {**entry["metrics"], "wall_s": entry["wall_s"]})
+    curves = art.data.get("curves", {}) if art else {}
+    tracker.metrics(run_id, {k: v for k, v in {**entry["metrics"], "wall_s": entry["wall_s"]}.items()
+                             if k not in curves})  # a curve's own points carry its final value
     tracker.tags(run_id, {"status": entry["status"], "risk": entry.get("risk"),
                           "reason": entry.get("reason", ""), "outcome": entry.get("outcome")})
     for f in (art.files.values() if art else []):
@@ -210,18 +214,27 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
     """Run every planned attack against the scenario's deployment; returns the report."""
     torch.manual_seed(s.seed)
     plan = plan_attacks(s)
-    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    started_at, t0 = datetime.now(UTC), time.perf_counter()
+    stamp = started_at.strftime("%Y%m%d-%H%M%S")
     outdir = Path(out) if out else Path("leakmeter-out") / f"{s.name}-{stamp}"
-    outdir.mkdir(parents=True, exist_ok=True)
     try:
         tracker = Tracker(tracking_uri or s.tracking.uri, s.tracking.experiment, s.tracking.enabled)
     except Exception as exc:  # noqa: BLE001 - any store failure is a bad tracking setting
         raise BadInput(f"tracking.uri: cannot use MLflow store {tracking_uri or s.tracking.uri!r}: "
                        f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}") from None
+    caught = WarningsCapture().start()  # third-party warnings go to the report, not the terminal
     if victim is None:
-        victim = build_victim(s)  # BadInput propagates before any run exists
+        stage(f"{s.name}: building the victim ({s.victim.data.dataset}, {s.victim.model.arch})", t0)
+        try:
+            victim = build_victim(s)  # BadInput propagates before any run exists
+        except BaseException:
+            caught.stop()
+            raise
     if victim.info.interface not in OFFERS:
+        caught.stop()
         raise BadInput(f"interface.kind: {victim.info.interface} is not supported")
+    outdir.mkdir(parents=True, exist_ok=True)  # only now: bad input leaves no empty folder behind
+    stage(f"victim ready: {victim_line(victim)}", t0)
 
     report: dict[str, Any] = {
         "scenario": s.name, "verdict": None, "risk": None,
@@ -250,8 +263,10 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
         else:
             tracker.text(parent, yaml.safe_dump(public, sort_keys=False),
                          "scenario.yaml")
-        for planned in plan:
+        for i, planned in enumerate(plan, 1):
+            stage(f"attack {i}/{len(plan)} {planned.attack.name}: running", t0)
             report["attacks"].append(run_attack(planned, oracle, victim, s, outdir, tracker, parent))
+            stage(attack_line(report["attacks"][-1]), t0)
         report["rero"] = rero_section(s, victim, report["attacks"], outdir)
         report["verdict"], report["risk"] = verdict(report["attacks"], s.policy.fail_on)
         violations = [r["message"] for r in report["rero"] if r.get("violation")]
@@ -271,7 +286,12 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
         report["mlflow_run_id"] = parent
         report["tracking_uri"] = tracker.uri if tracker.enabled else None
         report["outdir"] = str(outdir)
+        report.update(run_metadata(started_at, victim.info.device,
+                                   source or yaml.safe_dump(s.public_dump(), sort_keys=False)))
+        report["warnings"] = caught.stop()
         _finish(report, s, tracker, parent, outdir, json_path, failed)
+        prune_empty(outdir)
+        stage(f"verdict {report.get('verdict')}; report: {outdir / 'report.json'}", t0)
     return report
 
 

@@ -98,7 +98,7 @@ def crashed_suite(label: str, scenario: str, error: str) -> TestSuite:
 def to_junit(reports: list[tuple[str | None, dict[str, Any]]]) -> JUnitXml:
     """A <testsuites> document: one suite per (cell label or None, report)."""
     xml = JUnitXml("leakmeter")
-    for label, rep in reports:
+    for label, rep, *_ in reports:
         scen = rep.get("scenario") or "scenario"
         xml.add_testsuite(report_suite(rep, f"leakmeter {scen}" + (f" [{label}]" if label else "")))
     xml.update_statistics()

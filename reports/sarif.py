@@ -171,21 +171,22 @@ def to_sarif(reports: list[tuple[str | None, dict[str, Any]]], scenario_path: st
              scenario: dict[str, Any] | None = None, sweep_cells: list[dict[str, Any]] | None = None,
              category: str | None = None) -> dict[str, Any]:
     """A SARIF log (dict) for one run (`[(None, report)]`) or the cells of a sweep
-    (`[(cell label, report), ...]`, with the comparison's cells for sweep-measured advice)."""
+    (`[(cell label, report, cell's scenario dict), ...]`, with the comparison's cells for
+    sweep-measured advice). `scenario` is the scenario dict of entries that bring none."""
     text = Path(scenario_path).read_text(encoding="utf-8") if Path(scenario_path).is_file() else ""
     lines = scenario_lines(text)
     uri = artifact_uri(scenario_path)
     rules: list[dict[str, Any]] = []
     index: dict[str, int] = {}
-    for _, rep in reports:
+    for _, rep, *_ in reports:
         for a in rep.get("attacks") or []:
             if a.get("name") not in index:
                 index[a.get("name", "?")] = len(rules)
                 rules.append(_rule(a))
-    results = [r for cell, rep in reports
-               for r in results_for(rep, uri, lines, index, scenario, cell, sweep_cells)]
+    results = [r for cell, rep, *own in reports
+               for r in results_for(rep, uri, lines, index, own[0] if own else scenario, cell, sweep_cells)]
     first = reports[0][1] if reports else {}
-    verdicts = [rep.get("verdict") for _, rep in reports]
+    verdicts = [item[1].get("verdict") for item in reports]
     run: dict[str, Any] = {
         "tool": {"driver": {"name": "leakmeter", "version": leakmeter_version(),
                             "semanticVersion": leakmeter_version(), "rules": rules}},

@@ -22,7 +22,7 @@ import torch
 
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
-from harness.errors import AttackFailed
+from harness.errors import AttackFailed, AttackSkipped
 
 
 class GLMParams(Params):
@@ -92,8 +92,11 @@ class GLMClosedForm(Attack):
     def run(self, oracle, params: GLMParams, ctx) -> Artifact:
         kn = ctx.knowledge
         if kn is None or not kn.available:
-            raise AttackFailed("an informed adversary needs a locally trained victim")
-        glm_weights(oracle.weights())  # decline non-GLMs before training anything
+            raise AttackSkipped("an informed adversary needs a locally trained victim")
+        try:  # decline non-GLMs before training anything: the theorem does not apply to them
+            glm_weights(oracle.weights())
+        except AttackFailed as exc:
+            raise AttackSkipped(str(exc)) from None
         t = max(1, min(params.targets, kn.max_targets()))
         _, b0 = glm_weights(oracle.weights())
         rel = kn.release(t, side_labels=b0 is None)  # Thm. 8 (no intercept) is given y
