@@ -88,7 +88,8 @@ def _rule(a: dict[str, Any]) -> dict[str, Any]:
         "defaultConfiguration": {"level": "error"},
         "help": {"text": text, "markdown": markdown},
         "properties": {
-            "tags": ["security", *(f"external/cwe/cwe-{c}" for c in cwes), f"leakmeter/{family}"],
+            "tags": ["security", *(f"external/cwe/cwe-{c}" for c in cwes),
+                     *([f"leakmeter/{family}"] if family else [])],
             "security-severity": str(spec["security_severity"]),
             "precision": "high",
             "problem.severity": "error",

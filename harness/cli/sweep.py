@@ -82,7 +82,7 @@ def _ci_outputs(sarif_path, junit_path, records, res, cmp, scenario, raw) -> Non
         cmp = compare_cells(records)
     cells = [Cell(r["settings"], r["seed"]) for r in records]
     reports = [(c.label(), r["report"], apply_cell(raw, c)) for c, r in zip(cells, records, strict=True)]
-    done = {label for label, _ in reports}
+    done = {item[0] for item in reports}
     crashed = [(r["label"], r["error"]) for r in res["results"] if r.get("error") and r["label"] not in done]
     write_ci_outputs(sarif_path, junit_path, reports, scenario, raw,
                      sweep_cells=cmp["cells"] if cmp else None, crashed=crashed)

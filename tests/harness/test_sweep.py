@@ -118,7 +118,8 @@ def swept(tmp_path_factory):
         first_output = proc.communicate()[0]
     assert before, f"no cell finished before the deadline:\n{first_output[-3000:]}"
     before = {r.data.tags["leakmeter.cell"]: r.info.run_id for r in _done_cells(client, "leakmeter-sweep")}
-    resumed = subprocess.run([*cmd, "--jobs", "2"], cwd=tmp, env=env, capture_output=True, text=True,
+    ci = ["--junit", str(tmp / "sweep.xml"), "--sarif", str(tmp / "sweep.sarif")]
+    resumed = subprocess.run([*cmd, "--jobs", "2", *ci], cwd=tmp, env=env, capture_output=True, text=True,
                              timeout=600)
     return {"tmp": tmp, "uri": uri, "before": before, "resumed": resumed, "client": client}
 
@@ -214,3 +215,30 @@ def test_curves_are_read_from_the_attack_runs_of_a_cell(tracking_uri):
     tr.end(cell)
     pts = [(1, 0.2), (10, 0.6), (100, 0.9)]
     assert _curves(tr.client, tr.experiment_id, cell) == {"surrogate/fidelity": pts}
+
+
+def test_resumed_sweep_writes_one_junit_suite_per_cell_and_sarif(swept):
+    """The CI outputs cover every cell, the ones finished before the interruption included."""
+    import xml.etree.ElementTree as ET
+
+    tmp = swept["tmp"]
+    suites = ET.parse(tmp / "sweep.xml").getroot().findall("testsuite")
+    labels = sorted(s.get("name") for s in suites)
+    assert labels == sorted(f"leakmeter sweep-digits [{c.label()}]" for c in
+                            make_cells(parse_grid(GRID[1::2]), [0]))
+    for s in suites:
+        (case,) = s.findall("testcase")
+        assert case.get("classname") == "leakmeter.sweep-digits.span"
+        assert case.get("name") == "span_nonadaptive"
+        verdict = {p.get("name"): p.get("value") for p in s.find("properties")}["verdict"]
+        assert (case.find("failure") is not None) == (verdict == "fail")
+    log = json.loads((tmp / "sweep.sarif").read_text())
+    results = log["runs"][0]["results"]
+    risks = {s.get("name").split(" [")[1][:-1]: json.loads(s.find("testcase").find("system-out").text)["risk"]
+             for s in suites}
+    level = {"high": "error", "medium": "warning"}
+    # one result per cell where the attack reached medium or high, at the level of its risk
+    assert {r["properties"]["cell"]: r["level"] for r in results} == {
+        cell: level[risk] for cell, risk in risks.items() if risk in level}
+    assert "high" in risks.values()
+    assert all("Measured in this sweep" in r["message"]["text"] for r in results)
