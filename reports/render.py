@@ -87,8 +87,8 @@ def to_markdown(report: dict[str, Any]) -> str:
     if priv:
         lines.append(
             f"DP-SGD: ε = {_cell(priv.get('epsilon'))} at δ = {_cell(priv.get('delta'))} "
-            f"({priv.get('accountant')} accountant, σ = {_cell(priv.get('noise_multiplier'))}, "
-            f"q = {_cell(priv.get('sample_rate'))}, {priv.get('steps')} steps)"
+            f"({_cell(priv.get('accountant'))} accountant, σ = {_cell(priv.get('noise_multiplier'))}, "
+            f"q = {_cell(priv.get('sample_rate'))}, {_cell(priv.get('steps'))} steps)"
         )
     else:
         lines.append("No DP-SGD: no formal guarantee bounds reconstruction (γ = 1).")
