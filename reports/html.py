@@ -14,12 +14,14 @@ import base64
 import io
 import json
 import math
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import yaml
 from jinja2 import Environment, FileSystemLoader
+from markupsafe import Markup, escape
 
 from reports import mitigation
 from reports.plots import curve_x
@@ -29,6 +31,11 @@ IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
 MAX_IMAGE_BYTES = 8 * 1024 * 1024  # larger files are listed, not embedded
 TEMPLATES = Path(__file__).parent / "templates"
 FAMILY_ORDER = ("extraction", "span", "reconstruction", "membership")
+
+
+def code_spans(text: Any) -> Markup:
+    """Escape `text`, then show its `backticked` parts as <code> (advice names keys and commands)."""
+    return Markup(re.sub(r"`([^`]+)`", r"<code>\1</code>", str(escape(text))))
 
 
 def fmt(v: Any) -> str:
@@ -47,6 +54,7 @@ def _env() -> Environment:
     env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=True, trim_blocks=True,
                       lstrip_blocks=True)
     env.filters["fmt"] = fmt
+    env.filters["code"] = code_spans
     return env
 
 

@@ -1,4 +1,5 @@
-"""Sweeps: the grid, `none`, and a real 2×2 digits sweep that is killed, resumed and compared."""
+"""Sweeps: the grid, `none`, a small real sweep with its CI outputs, and (slow) a real 2×2 digits
+sweep that is killed, resumed and compared."""
 
 import json
 import os
@@ -124,6 +125,7 @@ def swept(tmp_path_factory):
     return {"tmp": tmp, "uri": uri, "before": before, "resumed": resumed, "client": client}
 
 
+@pytest.mark.slow  # spawns the CLI twice and kills it: ~75 s on 2 shared cores
 def test_interrupted_sweep_resumes_without_redoing_finished_cells(swept):
     res, before, client = swept["resumed"], swept["before"], swept["client"]
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
@@ -164,6 +166,7 @@ def _expected_from_reports(out: Path):
     return {"defenses.dp_sgd.epsilon": best["eps"], "defenses.query_budget": best["budget"]}
 
 
+@pytest.mark.slow  # spawns the CLI twice and kills it: ~75 s on 2 shared cores
 def test_compare_recommends_the_most_useful_passing_cell(swept):
     tmp, uri, client = swept["tmp"], swept["uri"], swept["client"]
     expected = _expected_from_reports(tmp / "out")
@@ -189,6 +192,7 @@ def test_compare_recommends_the_most_useful_passing_cell(swept):
     assert client.get_run(sweep_id).data.tags["leakmeter.recommended"] == cmp["recommended"]["label"]
 
 
+@pytest.mark.slow  # spawns the CLI twice and kills it: ~75 s on 2 shared cores
 def test_compare_experiment_finds_the_varying_settings(swept):
     tmp, uri = swept["tmp"], swept["uri"]
     out = leakmeter("compare", "--experiment", "leakmeter-sweep", "--tracking-uri", uri,
@@ -217,6 +221,7 @@ def test_curves_are_read_from_the_attack_runs_of_a_cell(tracking_uri):
     assert _curves(tr.client, tr.experiment_id, cell) == {"surrogate/fidelity": pts}
 
 
+@pytest.mark.slow  # spawns the CLI twice and kills it: ~75 s on 2 shared cores
 def test_resumed_sweep_writes_one_junit_suite_per_cell_and_sarif(swept):
     """The CI outputs cover every cell, the ones finished before the interruption included."""
     import xml.etree.ElementTree as ET
@@ -242,3 +247,33 @@ def test_resumed_sweep_writes_one_junit_suite_per_cell_and_sarif(swept):
         cell: level[risk] for cell, risk in risks.items() if risk in level}
     assert "high" in risks.values()
     assert all("Measured in this sweep" in r["message"]["text"] for r in results)
+
+
+def test_small_sweep_compares_and_writes_ci_outputs(tmp_path, _mlflow_template, monkeypatch):
+    """Two cells (budget 8 and 200) run in a worker process from the CLI: the comparison
+    recommends the budget that stops the attack, the JUnit file has one suite per cell, and the
+    SARIF results carry what the sweep measured."""
+    import shutil
+    import xml.etree.ElementTree as ET
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(_mlflow_template, tmp_path / "mlflow.db")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    res = leakmeter("sweep", str(SCENARIO), "--grid", "defenses.query_budget=8,200", *SMALL,
+                    "--set", "defenses.dp_sgd=none", "--tracking-uri", uri, "--out", "out",
+                    "--junit", "s.xml", "--sarif", "s.sarif")
+    assert res.exit_code == 0, res.output + res.stderr
+    assert "recommended: query_budget=8" in res.output
+    suites = {s.get("name"): s for s in ET.parse(tmp_path / "s.xml").getroot().findall("testsuite")}
+    assert set(suites) == {"leakmeter sweep-digits [defenses.query_budget=8, seed=0]",
+                           "leakmeter sweep-digits [defenses.query_budget=200, seed=0]"}
+    leaks = suites["leakmeter sweep-digits [defenses.query_budget=200, seed=0]"].find("testcase")
+    held = suites["leakmeter sweep-digits [defenses.query_budget=8, seed=0]"].find("testcase")
+    assert leaks.find("failure") is not None and held.find("failure") is None
+    results = json.loads((tmp_path / "s.sarif").read_text())["runs"][0]["results"]
+    by_cell = {r["properties"]["cell"]: r for r in results}
+    assert by_cell["defenses.query_budget=200, seed=0"]["level"] == "error"
+    text = by_cell["defenses.query_budget=200, seed=0"]["message"]["text"]
+    assert ("Measured in this sweep (2 cells): defenses.query_budget = 8 kept this attack below high "
+            "and 200 did not") in text
+    assert "The query budget of 200 did not stop it" in text  # the cell's own settings, not the base file's

@@ -210,6 +210,8 @@ def test_findings_get_advice_filled_from_their_numbers(tmp_path):
     # 3·h·log h for h = 16 is 133.1: the number comes from the metrics, not from the file
     assert "16 of 16 hidden units in 1234 queries" in advice and "3·h·log h is 133" in advice
     assert "Explanation noise σ = 0.05 did not stop it" in advice
+    # key names in backticks become <code>, and what the report holds is still escaped
+    assert "<code>interface.kind: prediction</code>" in advice and "`" not in advice
     # a finding whose numbers are missing gets no half-filled line
     assert "None" not in advice and "{{" not in advice
     levels = page[page.index('id="risk-levels"'):page.index("Each attack")]
