@@ -40,7 +40,7 @@ def _num(v: Any, digits: int = 3) -> str:
     if isinstance(v, bool) or not isinstance(v, int | float):
         return str(v)
     if isinstance(v, int) or float(v).is_integer() and abs(v) < 1e15:
-        return f"{int(v):,}".replace(",", " ") if abs(v) >= 10_000 else str(int(v))
+        return str(int(v))
     return f"{v:.{digits}g}"
 
 
