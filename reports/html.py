@@ -251,6 +251,7 @@ def to_html(report: dict[str, Any], scenario: dict[str, Any] | None = None,
         families=_families(report.get("attacks") or []),
         statuses=[(s, " ".join(str(t).split())) for s, t in statuses.items()],
         rero_keys=keys, rero_rows=rero_rows, figures=figs,
+        warnings=[w for w in report.get("warnings") or [] if isinstance(w, dict)],
         scenario_yaml=None if scenario is None else yaml.safe_dump(scenario, sort_keys=False,
                                                                     allow_unicode=True),
     )

@@ -116,4 +116,8 @@ def to_markdown(report: dict[str, Any]) -> str:
                 lines.append(f"Outcome: {a['outcome']}.")
             lines += [f"- {k}: {_fmt(val)}" for k, val in sorted(a["metrics"].items())]
             lines += [f"- note: {n}" for n in a.get("notes", [])]
+    if report.get("warnings"):
+        lines += ["", "## Warnings raised during the run", ""]
+        lines += [f"- {w.get('category')}: {w.get('message')} ({w.get('source')}, ×{w.get('count')})"
+                  for w in report["warnings"] if isinstance(w, dict)]
     return "\n".join(lines) + "\n"

@@ -221,6 +221,14 @@ def test_findings_get_advice_filled_from_their_numbers(tmp_path):
     assert "Milli, Schmidt, Dragan, Hardt" in page  # the paper behind gradient_exact, cited
 
 
+def test_warnings_caught_during_the_run_are_shown_escaped(tmp_path):
+    rep = synthetic_report(tmp_path)
+    rep["warnings"] = [{"category": "UserWarning", "message": "Secure RNG <off>", "source": "pe.py:98",
+                        "count": 3}]
+    page = to_html(rep)
+    assert "Warnings raised during the run" in page and "Secure RNG &lt;off&gt;" in page
+
+
 def test_page_escapes_template_syntax_and_tolerates_old_reports(tmp_path):
     rep = synthetic_report(tmp_path)
     rep["attacks"][0]["reason"] = "{{ 7 * 7 }} {% if true %}x{% endif %}"

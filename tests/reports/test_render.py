@@ -31,3 +31,10 @@ def test_old_or_partial_reports_render():
                                    "risk": "low"}]})
     assert "leakmeter 0.2.0; started 2026-01-01T00:00:00Z; took (s) 4.5" in md
     assert "| b |  | incomplete (faults) | low |" in md
+
+
+def test_warnings_caught_during_the_run_are_listed():
+    w = {"category": "UserWarning", "message": "Secure RNG turned off.", "source": "privacy_engine.py:98",
+         "count": 2}
+    md = to_markdown({"scenario": "x", "verdict": "pass", "attacks": [], "warnings": [w]})
+    assert "- UserWarning: Secure RNG turned off. (privacy_engine.py:98, ×2)" in md
