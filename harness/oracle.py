@@ -37,7 +37,8 @@ class Oracle:
         self.backend = backend
         self.info = info
         self.defenses = defenses
-        self.ledger = Ledger(budget)
+        self.ledger = Ledger(budget)  # rows sent (charged before they leave)
+        self.answered: dict[str, int] = {}  # rows whose answers reached each attack
         self.gen = torch.Generator(device="cpu").manual_seed(seed + 7919)
         self.progress = progress
         self._who = "-"
@@ -79,8 +80,19 @@ class OracleView:
 
     @property
     def queries(self) -> int:
-        """Queries this attack has made."""
+        """Rows whose answers reached this attack."""
+        return self._o.answered.get(self.attack, 0)
+
+    @property
+    def queries_sent(self) -> int:
+        """Rows sent on this attack's behalf (charged to the budget), retries included."""
         return self._o.ledger.by_attack.get(self.attack, 0)
+
+    def transport(self) -> dict[str, int]:
+        """Retries and faults on this attack's behalf (0 for a local victim)."""
+        stats = getattr(self._o.backend, "stats_for", None)
+        got = stats(self.attack) if stats else {}
+        return {"retries": int(got.get("retries", 0)), "faults": int(got.get("faults", 0))}
 
     @property
     def remaining(self) -> int | None:
@@ -118,6 +130,9 @@ class OracleView:
         if self._o.progress is not None:
             self._o.progress(n)
 
+    def _answered(self, n: int) -> None:
+        self._o.answered[self.attack] = self._o.answered.get(self.attack, 0) + n
+
     # --------------------------------------------------------------- the API
     def predict(self, x: Any) -> torch.Tensor:
         """Predictions for a batch: labels (N,), probabilities (N, C) or logits (N, K)."""
@@ -125,6 +140,7 @@ class OracleView:
         x = self._prepare(x)
         self._charge(len(x))
         y = self._o.backend.predict(x, self.info.output)
+        self._answered(len(x))
         if self.info.output == "label":
             return y.to(self.info.device, torch.long)
         y = y.to(self.info.device, torch.float64)
@@ -137,6 +153,7 @@ class OracleView:
         self._charge(len(x))
         kind = "smoothgrad" if self.info.interface == "smoothgrad" else "gradient"
         g = self._o.backend.explain(x, kind, self._o.gen).to(self.info.device, torch.float64)
+        self._answered(len(x))
         return self._o.defenses.apply_explain(g, self._o.gen)
 
     def weights(self) -> dict[str, torch.Tensor]:

@@ -1,8 +1,10 @@
-"""The runner: scenario → victim → oracle → attacks → scoring → verdict → report + MLflow.
+"""The runner: scenario → victim → oracle → attacks → scoring → verdict → reports + MLflow.
 
-`run_scenario` returns the report (a plain dict, per CONTRACT.md) and never leaves an MLflow
-run RUNNING: bad input is detected before any run starts; a crash ends the run FAILED with the
-partial report logged.
+`run_scenario` returns the report (a plain dict, per docs/contract.md). Bad input is found before
+any MLflow run or output folder exists. Every attack ends with a status (`ok`, `incomplete`,
+`skipped`, `error`) and the *scored* risk of the artifact it held when it stopped; an attack's own
+success flag is a metric, never the judge. A crash ends the MLflow run FAILED and an interrupt
+KILLED, with the partial report written either way.
 """
 
 from __future__ import annotations
@@ -25,24 +27,18 @@ from defenses.output import OutputDefenses
 from harness.attacker.informed import InformedKnowledge, KnowledgeAccess
 from harness.attacks import registry
 from harness.attacks.base import Artifact, Attack, RunContext
-from harness.errors import (
-    AttackFailed,
-    AttackSkipped,
-    AttackStopped,
-    BadInput,
-    BudgetExhausted,
-    InterfaceError,
-)
+from harness.errors import AttackFailed, AttackSkipped, BadInput, InterfaceError
+from harness.interrupts import Interrupted, deferred
 from harness.oracle import OFFERS, Oracle
-from harness.output import WarningsCapture, attack_line, prune_empty, stage, victim_line
+from harness.output import WarningsCapture, prune_empty
 from harness.rero.product import rero_section
 from harness.scenario import Scenario, flatten
 from harness.scoring import score
 from reports import render
 from reports.html import write_html
 from reports.metadata import run_metadata
-from reports.tracking import Tracker
-from reports.verdict import verdict
+from reports.tracking import Tracker, TrackingUnavailable
+from reports.verdict import reaches, status_of, verdict
 from victims.build import build_victim
 from victims.models.training import progress_disabled
 
@@ -76,11 +72,103 @@ def plan_attacks(s: Scenario) -> list[Planned]:
     return out
 
 
-def _progress_factory():
-    def make(desc: str, total: int | None):
-        return tqdm(total=total, desc=desc, disable=progress_disabled(), leave=False)
+def open_tracker(s: Scenario, tracking_uri: str | None) -> Tracker:
+    """The MLflow tracker for this run; BadInput (exit 2) when the store cannot be used."""
+    uri = tracking_uri or s.tracking.uri
+    try:
+        return Tracker(uri, s.tracking.experiment, s.tracking.enabled)
+    except TrackingUnavailable as exc:
+        raise BadInput(f"tracking.uri: {uri}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - any other store failure is a bad tracking setting
+        raise BadInput(f"tracking.uri: cannot use MLflow store {uri!r}: "
+                       f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}") from None
 
-    return make
+
+def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Path | None = None,
+                 json_path: str | Path | None = None, source: str | None = None,
+                 victim=None, extra_tags: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run every planned attack against the scenario's deployment; returns the report.
+    Raises BadInput before anything runs, and re-raises Interrupted after the partial report."""
+    started = datetime.now(UTC)
+    t0 = time.perf_counter()
+    torch.manual_seed(s.seed)
+    plan = plan_attacks(s)
+    tracker = open_tracker(s, tracking_uri)
+    caught = WarningsCapture().start()  # third-party warnings go to the report, not the terminal
+    try:
+        if victim is None:
+            _stage(f"{s.name}: building the victim")
+            victim = build_victim(s)
+        if victim.info.interface not in OFFERS:
+            raise BadInput(f"interface.kind: {victim.info.interface} is not supported")
+    except BaseException:
+        caught.stop()
+        raise
+    oracle = Oracle(victim.backend, victim.info, OutputDefenses.from_spec(s.defenses),
+                    s.defenses.query_budget, s.seed)
+    report = _new_report(s, victim, oracle, started)
+    outdir = Path(out) if out else Path("leakmeter-out") / f"{s.name}-{report['started']}"
+    outdir.mkdir(parents=True, exist_ok=True)
+    report["outdir"] = str(outdir)
+    bar = tqdm(total=s.defenses.query_budget, desc="queries", unit="q", disable=progress_disabled())
+    oracle.progress = bar.update
+    stop: Interrupted | None = None
+    parent = tracker.start(s.name, {"leakmeter.scenario": s.name,
+                                    "leakmeter.fingerprint": s.fingerprint(), **(extra_tags or {})})
+    try:
+        _log_scenario(tracker, parent, s, source)
+        for i, planned in enumerate(plan, 1):
+            _stage(f"{s.name}: attack {i}/{len(plan)}: {planned.attack.name}")
+            entry = _new_entry(planned)
+            report["attacks"].append(entry)  # kept even if an interrupt cuts the attack short
+            run_attack(planned, oracle, victim, s, outdir, tracker, parent, entry)
+        _stage(f"{s.name}: ReRo bounds")
+        report["rero"] = rero_section(s, victim, report["attacks"], outdir)
+    except Interrupted as exc:
+        stop = exc
+        report["interrupted"] = exc.name
+    except Exception as exc:  # noqa: BLE001 - the run crashed: keep what was measured
+        report["error"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        bar.close()
+        with deferred():
+            _judge(report, s, oracle)
+            report["duration_s"] = round(time.perf_counter() - t0, 3)
+            for k, v in run_metadata(started, victim.info.device,
+                                     source or yaml.safe_dump(s.public_dump(), sort_keys=False)).items():
+                report.setdefault(k, v)  # leakmeter_version, device, scenario_sha256
+            report["warnings"] = caught.stop()
+            crashed = report.get("error") or any(a["status"] == "error" for a in report["attacks"])
+            status = "KILLED" if stop else ("FAILED" if crashed else "FINISHED")
+            _finish(report, s, tracker, parent, outdir, json_path, status)
+            prune_empty(outdir)  # attack folders nothing was written to
+    if stop is not None:
+        stop.report = report
+        raise stop
+    return report
+
+
+def _stage(line: str) -> None:
+    """One line per stage where no progress bar shows (CI logs, cron): silence reads as a hang."""
+    if progress_disabled():
+        print(f"leakmeter: {line}", file=sys.stderr, flush=True)
+
+
+def _new_report(s: Scenario, victim, oracle: Oracle, started: datetime) -> dict[str, Any]:
+    privacy = _privacy(victim)
+    defenses = oracle.defenses.active + (
+        [f"query_budget({s.defenses.query_budget})"] if s.defenses.query_budget is not None else []
+    ) + ([f"dp_sgd({privacy['epsilon']:.3g}, {s.defenses.dp_sgd.delta})"] if privacy else [])
+    return {
+        "scenario": s.name, "verdict": None, "risk": None, "verdict_reason": "",
+        "started_at": started.isoformat().replace("+00:00", "Z"),
+        "started": started.strftime("%Y%m%d-%H%M%S"),
+        "victim": _victim_section(victim), "privacy": privacy, "rero": [], "attacks": [],
+        "policy": s.policy.model_dump(), "seed": s.seed,
+        "interface": {"kind": s.interface.kind, "output": s.interface.output},
+        "fingerprint": s.fingerprint(), "defenses": defenses,
+        "query_budget": s.defenses.query_budget, "mlflow_run_id": None, "tracking_uri": None,
+    }
 
 
 def _victim_section(victim) -> dict[str, Any]:
@@ -96,30 +184,44 @@ def _privacy(victim) -> dict[str, Any] | None:
     return rec.as_dict() if rec is not None else None
 
 
-def _knowledge(s: Scenario, victim, oracle: Oracle, name: str, seed: int):
-    """The informed-adversary provider (harness/attacker/informed.py) for local victims, else None."""
-    if getattr(victim.truth, "data", None) is None:
-        return None
-    return InformedKnowledge(s, victim, oracle, name, seed)
+def _log_scenario(tracker: Tracker, parent: str | None, s: Scenario, source: str | None) -> None:
+    public = s.public_dump()
+    tracker.params(parent, flatten(public))
+    if source and public == s.model_dump(mode="json"):  # nothing to redact: keep comments
+        tracker.text(parent, source, "scenario.yaml")
+    else:
+        tracker.text(parent, yaml.safe_dump(public, sort_keys=False), "scenario.yaml")
 
 
-def _access(provider):
-    """The narrow handle an attack gets to an informed-knowledge provider (or None)."""
-    if provider is None:
-        return None
-    return KnowledgeAccess(provider)
+# --------------------------------------------------------------------------- one attack
+
+
+def _new_entry(planned: Planned) -> dict[str, Any]:
+    atk = planned.attack
+    return {"name": atk.name, "family": atk.family, "paper": atk.paper,
+            "params": planned.params.model_dump(mode="json"), "status": "error",
+            "stopped_by": None, "reason": "", "risk": None, "queries": 0, "queries_sent": 0,
+            "retries": 0, "faults": 0, "wall_s": 0.0, "metrics": {}}
+
+
+def _progress_factory():
+    def make(desc: str, total: int | None):
+        return tqdm(total=total, desc=desc, disable=progress_disabled(), leave=False)
+
+    return make
 
 
 def run_attack(planned: Planned, oracle: Oracle, victim, s: Scenario, outdir: Path,
-               tracker: Tracker, parent: str | None) -> dict[str, Any]:
-    """Run, score and judge one attack; never raises (a crash becomes status: error)."""
+               tracker: Tracker, parent: str | None, entry: dict[str, Any] | None = None
+               ) -> dict[str, Any]:
+    """Run, score and judge one attack; returns its report entry (filling `entry` when given).
+    A crash becomes status `error`; an interrupt is recorded (the partial artifact scored) and
+    re-raised."""
     atk = planned.attack
-    entry: dict[str, Any] = {"name": atk.name, "family": atk.family, "paper": atk.paper,
-                             "params": planned.params.model_dump(mode="json")}
+    entry = entry if entry is not None else _new_entry(planned)
     reason = atk.skip_reason(victim.info)
     if reason:
-        entry.update(status="skipped", reason=reason, queries=0, wall_s=0.0, risk=None,
-                     metrics={})
+        entry.update(status="skipped", reason=reason)
         return entry
     view = oracle.view(atk.name)
     adir = outdir / atk.name
@@ -129,68 +231,109 @@ def run_attack(planned: Planned, oracle: Oracle, victim, s: Scenario, outdir: Pa
                      gen=torch.Generator(device="cpu").manual_seed(seed),
                      device=victim.info.device, outdir=adir, progress=_progress_factory(),
                      scenario=s)
-    provider = _knowledge(s, victim, oracle, atk.name, seed)
-    ctx.knowledge = _access(provider)
+    provider = None
+    if getattr(victim.truth, "data", None) is not None:  # informed knowledge: local victims only
+        provider = InformedKnowledge(s, victim, oracle, atk.name, seed)
+        ctx.knowledge = KnowledgeAccess(provider)
     run_id = tracker.start(atk.name, {"leakmeter.attack": atk.name, "leakmeter.family": atk.family},
                            parent=parent)
+    stop: Interrupted | None = None
     art: Artifact | None = None
-    try:  # the nested run ends whatever happens (even Ctrl-C inside an attack)
-        art = _run_and_score(atk, planned.params, view, ctx, provider, victim, entry)
-        _log_attack(tracker, run_id, entry, art)
+    t0 = time.perf_counter()
+    try:
+        try:
+            art = _run(atk, planned.params, view, ctx, entry)
+        except Interrupted as exc:
+            stop = exc
+            art = ctx.best
+            entry.update(status="ok", stopped_by="interrupt", stop_reason="interrupted")
+        entry["wall_s"] = round(time.perf_counter() - t0, 4)
+        entry.update(queries=view.queries, queries_sent=view.queries_sent, **view.transport())
+        if entry["status"] != "skipped":
+            truth = getattr(provider, "truth", None) or victim.truth  # informed release truth
+            _score_and_judge(atk, art, truth, victim.info, entry, s.policy.fail_on)
     finally:
-        tracker.end(run_id, failed=entry.get("status", "error") == "error")
+        with deferred():
+            _log_attack(tracker, run_id, entry, art)
+            tracker.end(run_id, "KILLED" if stop else ("FAILED" if entry["status"] == "error"
+                                                        else "FINISHED"))
+    if stop is not None:
+        raise stop
     return entry
 
 
-def _run_and_score(atk: Attack, params: Any, view, ctx: RunContext, provider, victim,
-                   entry: dict[str, Any]) -> Artifact | None:
-    """Run the attack, score its artifact and judge it, filling `entry`; returns the artifact."""
-    t0 = time.perf_counter()
+def _run(atk: Attack, params: Any, view, ctx: RunContext, entry: dict[str, Any]) -> Artifact | None:
+    """The attack's artifact, and in `entry` why it stopped; the best artifact so far when it was
+    stopped (budget, faults, endpoint, precision...) or crashed."""
     art: Artifact | None = None
     try:
         art = atk.run(view, params, ctx)
         entry["status"] = "ok"
+        entry["stopped_by"] = art.stopped_by
+        if art.reason:
+            entry["stop_reason"] = art.reason
     except AttackSkipped as exc:
         entry.update(status="skipped", reason=str(exc))
-    except AttackStopped as exc:
-        art = exc.artifact or ctx.best or Artifact("none", outcome="failed")
-        if art.outcome == "ok":
-            art.outcome = "partial"
-        art.stopped_by, art.reason = exc.stopped_by, str(exc)
-        entry["status"] = "ok"
-    except (AttackFailed, BudgetExhausted, InterfaceError) as exc:
-        art = Artifact("none", outcome="failed", reason=str(exc))
-        entry["status"] = "ok"
     except Exception as exc:  # noqa: BLE001 - one attack's crash must not stop the others
-        entry.update(status="error", reason=f"{type(exc).__name__}: {exc}",
-                     traceback=traceback.format_exc(limit=8))
-    entry["wall_s"] = round(time.perf_counter() - t0, 4)
-    entry["queries"] = view.queries
-    if art is not None:
+        stopped_by = getattr(exc, "stopped_by", None)
+        if stopped_by is None and isinstance(exc, AttackFailed | InterfaceError):
+            stopped_by = "assumption"  # the attack found the deployment breaks what it needs
+        art = getattr(exc, "artifact", None) or ctx.best
+        if stopped_by is None:
+            entry.update(status="error", reason=f"{type(exc).__name__}: {exc}",
+                         traceback=traceback.format_exc(limit=8))
+        else:
+            entry.update(status="ok", stopped_by=stopped_by, stop_reason=str(exc))
+    return art
+
+
+def _score_and_judge(atk: Attack, art: Artifact | None, truth, info, entry: dict[str, Any],
+                     fail_on: str) -> None:
+    """Score whatever artifact exists against the truth, judge its risk, settle the status."""
+    crashed = entry["status"] == "error"
+    stopped_by = entry["stopped_by"]
+    risk, why = None, ""
+    if art is not None and art.kind != "none":
         metrics = dict(art.metrics)
         try:
-            truth = getattr(provider, "truth", None) or victim.truth  # informed release
-            metrics.update(score(art, truth, victim.info))
-        except Exception as exc:  # noqa: BLE001
-            entry.update(status="error", reason=f"scoring failed: {type(exc).__name__}: {exc}")
-        metrics["queries"] = float(view.queries)
-        if entry["status"] == "ok":
-            if art.outcome == "failed":
-                risk, why = "low", f"attack failed: {art.reason}"
-            else:
-                risk, why = atk.judge(metrics, art)
-                if art.outcome == "partial" and art.reason:
-                    why = f"{why} (partial: {art.reason})"
-            entry.update(risk=risk, reason=why)
-        entry.update(outcome=art.outcome, metrics=metrics, notes=art.notes,
+            metrics.update(score(art, truth, info))
+            metrics["queries"] = float(entry["queries"])
+            risk, why = atk.judge(metrics, art)
+        except Interrupted:
+            raise
+        except Exception as exc:  # noqa: BLE001 - an unscorable artifact is not a pass
+            crashed = True
+            entry["reason"] = f"scoring failed: {type(exc).__name__}: {exc}"
+        entry.update(metrics=metrics, notes=art.notes, progress=art.progress,
                      artifacts={k: str(v) for k, v in art.files.items()})
-        if art.data.get("curves"):
-            entry["curves"] = {k: [list(p) for p in pts] for k, pts in art.data["curves"].items()}
+        entry["outcome"] = art.outcome  # transitional: the attack's own word, until all use stopped_by
         if art.reason:
             entry["outcome_reason"] = art.reason
-    entry.setdefault("risk", None)
-    entry.setdefault("metrics", {})
-    return art
+        if art.data.get("curves"):
+            entry["curves"] = {k: [list(p) for p in pts] for k, pts in art.data["curves"].items()}
+    elif stopped_by == "budget" and not crashed:
+        risk, why = "low", (f"the query budget stopped the attack after {entry['queries_sent']} "
+                            "queries, before it had anything to score")
+    if stopped_by == "precision" and reaches(risk, fail_on):
+        # a missed self-check is a metric: the scored artifact already shows the risk
+        entry["notes"] = [*entry.get("notes", []), f"self-check: {entry.get('stop_reason', '')}"]
+        stopped_by = None
+    status = status_of(stopped_by, crashed)
+    if status == "ok" and risk is None:  # ran, but left nothing a scorer could judge
+        status, stopped_by = "incomplete", stopped_by or "assumption"
+        why = why or "the attack left no artifact to score"
+    entry.update(status=status, stopped_by=stopped_by, risk=risk)
+    if not crashed:
+        entry["reason"] = _reason(why, entry)
+
+
+def _reason(why: str, entry: dict[str, Any]) -> str:
+    stop = entry.get("stop_reason") or entry.get("reason")
+    if entry["stopped_by"] and stop:
+        where = f" ({entry['progress']})" if entry.get("progress") else ""
+        return f"{why}; stopped by {entry['stopped_by']}{where}: {stop}" if why else \
+            f"stopped by {entry['stopped_by']}{where}: {stop}"
+    return why
 
 
 def _log_attack(tracker: Tracker, run_id: str | None, entry: dict[str, Any],
@@ -200,126 +343,62 @@ def _log_attack(tracker: Tracker, run_id: str | None, entry: dict[str, Any],
     curves = art.data.get("curves", {}) if art else {}
     tracker.metrics(run_id, {k: v for k, v in {**entry["metrics"], "wall_s": entry["wall_s"]}.items()
                              if k not in curves})  # a curve's own points carry its final value
-    tracker.tags(run_id, {"status": entry["status"], "risk": entry.get("risk"),
-                          "reason": entry.get("reason", ""), "outcome": entry.get("outcome")})
+    tracker.tags(run_id, {"status": entry["status"], "stopped_by": entry.get("stopped_by") or "",
+                          "risk": entry.get("risk") or "", "reason": entry.get("reason", "")})
     for f in (art.files.values() if art else []):
         tracker.artifact(run_id, f)
     for key, pts in (art.data.get("curves", {}) if art else {}).items():
         tracker.curve(run_id, key, pts)
 
 
-def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Path | None = None,
-                 json_path: str | Path | None = None, source: str | None = None,
-                 victim=None, extra_tags: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run every planned attack against the scenario's deployment; returns the report."""
-    torch.manual_seed(s.seed)
-    plan = plan_attacks(s)
-    started_at, t0 = datetime.now(UTC), time.perf_counter()
-    stamp = started_at.strftime("%Y%m%d-%H%M%S")
-    outdir = Path(out) if out else Path("leakmeter-out") / f"{s.name}-{stamp}"
-    try:
-        tracker = Tracker(tracking_uri or s.tracking.uri, s.tracking.experiment, s.tracking.enabled)
-    except Exception as exc:  # noqa: BLE001 - any store failure is a bad tracking setting
-        raise BadInput(f"tracking.uri: cannot use MLflow store {tracking_uri or s.tracking.uri!r}: "
-                       f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}") from None
-    caught = WarningsCapture().start()  # third-party warnings go to the report, not the terminal
-    if victim is None:
-        stage(f"{s.name}: building the victim ({s.victim.data.dataset}, {s.victim.model.arch})", t0)
-        try:
-            victim = build_victim(s)  # BadInput propagates before any run exists
-        except BaseException:
-            caught.stop()
-            raise
-    if victim.info.interface not in OFFERS:
-        caught.stop()
-        raise BadInput(f"interface.kind: {victim.info.interface} is not supported")
-    outdir.mkdir(parents=True, exist_ok=True)  # only now: bad input leaves no empty folder behind
-    stage(f"victim ready: {victim_line(victim)}", t0)
-
-    report: dict[str, Any] = {
-        "scenario": s.name, "verdict": None, "risk": None,
-        "victim": _victim_section(victim), "privacy": _privacy(victim), "rero": [],
-        "attacks": [], "policy": s.policy.model_dump(), "seed": s.seed,
-        "interface": {"kind": s.interface.kind, "output": s.interface.output},
-        "fingerprint": s.fingerprint(), "started": stamp,
-    }
-    defenses = OutputDefenses.from_spec(s.defenses)
-    report["defenses"] = defenses.active + (
-        [f"query_budget({s.defenses.query_budget})"] if s.defenses.query_budget is not None else []
-    ) + ([f"dp_sgd({report['privacy']['epsilon']:.3g}, {s.defenses.dp_sgd.delta})"]
-         if report["privacy"] else [])
-    bar = tqdm(total=s.defenses.query_budget, desc="queries", unit="q", disable=progress_disabled())
-    oracle = Oracle(victim.backend, victim.info, defenses, s.defenses.query_budget, s.seed,
-                    progress=bar.update)
-    tags = {"leakmeter.scenario": s.name, "leakmeter.fingerprint": s.fingerprint(),
-            **(extra_tags or {})}
-    parent = tracker.start(s.name, tags)
-    failed = False
-    try:
-        public = s.public_dump()
-        tracker.params(parent, flatten(public))
-        if source and public == s.model_dump(mode="json"):  # nothing to redact: keep comments
-            tracker.text(parent, source, "scenario.yaml")
-        else:
-            tracker.text(parent, yaml.safe_dump(public, sort_keys=False),
-                         "scenario.yaml")
-        for i, planned in enumerate(plan, 1):
-            stage(f"attack {i}/{len(plan)} {planned.attack.name}: running", t0)
-            report["attacks"].append(run_attack(planned, oracle, victim, s, outdir, tracker, parent))
-            stage(attack_line(report["attacks"][-1]), t0)
-        report["rero"] = rero_section(s, victim, report["attacks"], outdir)
-        report["verdict"], report["risk"] = verdict(report["attacks"], s.policy.fail_on)
-        violations = [r["message"] for r in report["rero"] if r.get("violation")]
-        if violations:  # measured reconstruction above a DP bound: DP-SGD or its accounting is broken
-            report["verdict"], report["risk"], report["rero_violations"] = "fail", "high", violations
-            print(*(f"leakmeter: {m}" for m in violations), sep="\n", file=sys.stderr)
-        report["queries_total"] = oracle.ledger.used
-        report["query_budget"] = s.defenses.query_budget
-        failed = any(a["status"] == "error" for a in report["attacks"])
-    except BaseException as exc:
-        failed = True
-        report["error"] = f"{type(exc).__name__}: {exc}"
-        if not isinstance(exc, Exception):
-            raise
-    finally:
-        bar.close()
-        report["mlflow_run_id"] = parent
-        report["tracking_uri"] = tracker.uri if tracker.enabled else None
-        report["outdir"] = str(outdir)
-        report.update(run_metadata(started_at, victim.info.device,
-                                   source or yaml.safe_dump(s.public_dump(), sort_keys=False)))
-        report["warnings"] = caught.stop()
-        _finish(report, s, tracker, parent, outdir, json_path, failed)
-        prune_empty(outdir)
-        stage(f"verdict {report.get('verdict')}; report: {outdir / 'report.json'}", t0)
-    return report
+# --------------------------------------------------------------------------- verdict and reports
 
 
-def _finish(report, s, tracker, parent, outdir, json_path, failed) -> None:
-    """Write report files, log them and the summary metrics, and end the parent run."""
+def _judge(report: dict[str, Any], s: Scenario, oracle: Oracle) -> None:
+    """The verdict over what was shown, and the run's query totals."""
+    v, risk, why = verdict(report["attacks"], s.policy.fail_on, report.get("error"),
+                           bool(report.get("interrupted")))
+    violations = [r["message"] for r in report["rero"] if r.get("violation")]
+    if violations:  # measured reconstruction above a DP bound: DP-SGD or its accounting is broken
+        v, risk, why = "fail", "high", violations[0]
+        report["rero_violations"] = violations
+        print(*(f"leakmeter: {m}" for m in violations), sep="\n", file=sys.stderr)
+    report.update(verdict=v, risk=risk, verdict_reason=why)
+    report["queries_total"] = sum(a["queries"] for a in report["attacks"])
+    report["queries_sent_total"] = oracle.ledger.used
+
+
+def _finish(report: dict[str, Any], s: Scenario, tracker: Tracker, parent: str | None,
+            outdir: Path, json_path: str | Path | None, status: str) -> None:
+    """Write the report files, log them and the summary to MLflow, and end the parent run."""
+    report["mlflow_run_id"] = parent
+    report["tracking_uri"] = tracker.uri if tracker.enabled else None
     try:
         render.write_json(report, outdir / "report.json")
         (outdir / "report.md").write_text(render.to_markdown(report))
         write_html(report, outdir / "report.html", s.public_dump())
         if json_path:
             render.write_json(report, json_path)
-        metrics = {f"victim_{k}": v for k, v in report["victim"].items()
-                   if isinstance(v, int | float) and not isinstance(v, bool)}
-        metrics["queries_total"] = report.get("queries_total", 0)
-        if report.get("privacy"):
-            metrics["dp_epsilon"] = report["privacy"]["epsilon"]
-        for a in report["attacks"]:
-            for k, v in a.get("metrics", {}).items():
-                metrics[f"{a['name']}.{k}"] = v
-        for r in report.get("rero", []):
-            if "metric" in r:
-                metrics[r["metric"]] = r["gamma"]
-        tracker.metrics(parent, metrics)
-        tracker.tags(parent, {"verdict": report.get("verdict") or "error",
-                              "risk": report.get("risk") or "unknown"})
+        tracker.metrics(parent, _summary_metrics(report))
+        tracker.tags(parent, {"verdict": report["verdict"], "risk": report.get("risk") or "none"})
         for name in ("report.json", "report.md"):
             tracker.artifact(parent, outdir / name)
         for extra in sorted(outdir.glob("*.png")) + sorted(outdir.glob("*.html")):
             tracker.artifact(parent, extra)
     finally:
-        tracker.end(parent, failed=failed)
+        tracker.end(parent, status)
+
+
+def _summary_metrics(report: dict[str, Any]) -> dict[str, float]:
+    metrics = {f"victim_{k}": v for k, v in report["victim"].items()
+               if isinstance(v, int | float) and not isinstance(v, bool)}
+    metrics["queries_total"] = report.get("queries_total", 0)
+    if report.get("privacy"):
+        metrics["dp_epsilon"] = report["privacy"]["epsilon"]
+    for a in report["attacks"]:
+        for k, v in a.get("metrics", {}).items():
+            metrics[f"{a['name']}.{k}"] = v
+    for r in report.get("rero", []):
+        if "metric" in r:
+            metrics[r["metric"]] = r["gamma"]
+    return metrics

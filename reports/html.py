@@ -131,12 +131,19 @@ def verdict_parts(report: dict[str, Any]) -> tuple[str, str, str]:
             text += " A measured reconstruction exceeded its DP bound: " + "; ".join(
                 report["rero_violations"])
         return "fail", "FAIL", text
+    reason = str(report.get("verdict_reason") or "").rstrip(".")
     if v == "error" or (v is None and report.get("error")):
-        what = f"the run crashed ({report['error']})" if report.get("error") else \
-            f"{len(crashed)} attack(s) crashed: {_names(crashed)}"
+        if report.get("interrupted"):
+            what = f"the run was interrupted ({report['interrupted']})"
+        elif report.get("error"):
+            what = f"the run crashed ({report['error']})"
+        else:
+            what = reason or f"{len(crashed)} attack(s) crashed: {_names(crashed)}"
         return "error", "ERROR", f"{what}. The results below are partial; nothing here is a pass."
     if v == "inconclusive":
-        if unfinished:
+        if reason:
+            text = f"no risk was shown, but that is not evidence of safety, so this is not a pass: {reason}."
+        elif unfinished:
             how = "; ".join(f"{a['name']} ({a.get('stopped_by') or 'stopped'}: {a.get('reason', '')})"
                             for a in unfinished[:3])
             text = (f"no attack showed {fail_on} risk, but {len(unfinished)} requested attack(s) could "

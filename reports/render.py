@@ -43,11 +43,6 @@ def _cell(v: Any) -> str:
     return _fmt(v).replace("|", "\\|")
 
 
-def _status(a: dict[str, Any]) -> str:
-    status = str(a.get("status") or "?")
-    return f"{status} ({a['stopped_by']})" if a.get("stopped_by") else status
-
-
 def _flags(row: dict[str, Any]) -> str:
     """The bound's flags in words: tightest, approx. (not rigorous), vacuous, VIOLATED."""
     flags = [name for key, name in (("tightest", "tightest"), ("vacuous", "vacuous")) if row.get(key)]
@@ -60,14 +55,18 @@ def _flags(row: dict[str, Any]) -> str:
 
 def to_markdown(report: dict[str, Any]) -> str:
     """A human-readable summary: verdict first, then victim, privacy, bounds and attacks."""
-    v = str(report.get("verdict") or "none reached")
+    v = str(report.get("verdict") or "error")
     lines = [
         f"# leakmeter report: {report.get('scenario')}",
         "",
-        f"**Verdict: {v.upper()}** (worst risk: {report.get('risk') or '—'}; "
+        f"**Verdict: {v.upper()}** (worst scored risk: {report.get('risk') or 'none'}; "
         f"the policy fails at {(report.get('policy') or {}).get('fail_on', 'high')})",
         "",
     ]
+    if report.get("verdict_reason"):
+        lines += [str(report["verdict_reason"]), ""]
+    if report.get("interrupted"):
+        lines += [f"**Interrupted by {report['interrupted']}:** the results below are partial.", ""]
     shown = (("leakmeter_version", "leakmeter"), ("started_at", "started"), ("duration_s", "took (s)"),
              ("device", "device"))
     run = [f"{label} {report[k]}" for k, label in shown if report.get(k) is not None]
@@ -102,18 +101,19 @@ def to_markdown(report: dict[str, Any]) -> str:
                          f"{_cell(r.get('kappa'))} | {_cell(r.get('gamma'))} | {_cell(r.get('bound'))} | "
                          f"{_flags(r)} |")
     lines += ["", "## Attacks", "",
-              "| attack | family | status | risk | queries | wall s | why |",
-              "|---|---|---|---|---|---|---|"]
+              "| attack | family | status | stopped by | risk | queries | wall s | why |",
+              "|---|---|---|---|---|---|---|---|"]
     for a in report.get("attacks", []):
         lines.append(
-            f"| {a.get('name')} | {a.get('family', '')} | {_status(a)} | {a.get('risk') or '-'} | "
-            f"{a.get('queries', 0)} | {_fmt(a.get('wall_s', 0.0))} | {a.get('reason', '')} |"
+            f"| {a.get('name')} | {a.get('family', '')} | {a.get('status') or '?'} | "
+            f"{a.get('stopped_by') or '-'} | {a.get('risk') or '-'} | {a.get('queries', 0)} | "
+            f"{_fmt(a.get('wall_s', 0.0))} | {a.get('reason', '')} |"
         )
     for a in report.get("attacks", []):
         if a.get("metrics"):
             lines += ["", f"### {a.get('name')}", ""]
-            if a.get("outcome") and a["outcome"] != "ok":
-                lines.append(f"Outcome: {a['outcome']}.")
+            if a.get("progress"):
+                lines.append(f"Progress: {a['progress']}.")
             lines += [f"- {k}: {_fmt(val)}" for k, val in sorted(a["metrics"].items())]
             lines += [f"- note: {n}" for n in a.get("notes", [])]
     if report.get("warnings"):

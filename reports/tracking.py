@@ -1,21 +1,105 @@
 """MLflow logging: one parent run per scenario run, one nested run per attack.
 
 The default store is SQLite in the working directory (`sqlite:///mlflow.db`): MLflow 3 refuses
-the old ./mlruns file store by default. Every run that is started is ended — FINISHED, or
-FAILED when the run crashed — so none is left RUNNING.
+the old ./mlruns file store by default. Every run that is started is ended — FINISHED, FAILED
+when the run crashed, KILLED when it was interrupted — so none is left RUNNING.
+
+Many processes may share one embedded store: its schema is created once under a file lock, and
+"database is locked" is retried. A tracking server that does not answer is reported within
+`PROBE_TIMEOUT_S` (`TrackingUnavailable`), before anything is logged.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import random
 import re
 import tempfile
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
+# MLflow's HTTP client otherwise retries an unreachable server for minutes
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+
 MAX_PARAM = 500  # characters kept of a param value
+PROBE_TIMEOUT_S = 5.0  # per attempt; two attempts at most
+LOCKED_RETRY_S = 60.0  # how long "database is locked" is retried
+
+
+class TrackingUnavailable(Exception):
+    """The tracking store cannot be used (a server that does not answer, an unusable URI)."""
+
+
+def _locked(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return "database is locked" in text or "database table is locked" in text
+
+
+def _retrying(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call fn, retrying SQLite's "database is locked" with jittered backoff."""
+    deadline = time.monotonic() + LOCKED_RETRY_S
+    wait = 0.05
+    while True:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - only lock contention is retried
+            if not _locked(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(wait * (1 + random.random()))
+        wait = min(wait * 2, 1.0)
+
+
+def _sqlite_path(uri: str) -> Path | None:
+    if not uri.startswith("sqlite:///"):
+        return None
+    return Path(uri.removeprefix("sqlite:///"))
+
+
+@contextlib.contextmanager
+def _store_lock(uri: str) -> Iterator[None]:
+    """An exclusive file lock beside an embedded SQLite store (no-op for other stores)."""
+    db = _sqlite_path(uri)
+    if db is None:
+        yield
+        return
+    try:
+        import fcntl
+    except ImportError:  # no POSIX locks: rely on the retries alone
+        yield
+        return
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.with_name(db.name + ".lock"), "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def probe_server(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """Raise TrackingUnavailable unless an http(s) tracking server answers within `timeout`."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    import requests
+
+    url = uri.rstrip("/") + "/api/2.0/mlflow/experiments/search"
+    last = ""
+    for _ in range(2):
+        try:
+            resp = requests.get(url, params={"max_results": 1}, timeout=timeout)
+        except requests.RequestException as exc:
+            last = type(exc).__name__
+            continue
+        if resp.status_code < 500:
+            return
+        last = f"HTTP {resp.status_code}"
+    raise TrackingUnavailable(f"the tracking server does not answer ({last})")
 
 
 def default_uri() -> str:
@@ -41,13 +125,27 @@ class Tracker:
         self.client = None
         self.experiment_id: str | None = None
         if enabled:
+            probe_server(self.uri)
             from mlflow.tracking import MlflowClient
 
-            self.client = MlflowClient(tracking_uri=self.uri)
-            exp = self.client.get_experiment_by_name(experiment)
-            self.experiment_id = (
-                exp.experiment_id if exp else self.client.create_experiment(experiment)
-            )
+            with _store_lock(self.uri):  # the first use of a fresh store creates its schema
+                self.client = MlflowClient(tracking_uri=self.uri)
+                self.experiment_id = _retrying(self._experiment_id, experiment)
+
+    def _experiment_id(self, name: str) -> str:
+        exp = self.client.get_experiment_by_name(name)
+        if exp is not None:
+            return exp.experiment_id
+        try:
+            return self.client.create_experiment(name)
+        except Exception:  # noqa: BLE001 - another process created it first
+            exp = self.client.get_experiment_by_name(name)
+            if exp is None:
+                raise
+            return exp.experiment_id
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return _retrying(getattr(self.client, method), *args, **kwargs)
 
     def start(self, name: str, tags: dict[str, str] | None = None,
               parent: str | None = None) -> str | None:
@@ -57,7 +155,7 @@ class Tracker:
         tags = dict(tags or {})
         if parent:
             tags["mlflow.parentRunId"] = parent
-        run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
+        run = self._call("create_run", self.experiment_id, run_name=name, tags=tags)
         return run.info.run_id
 
     def params(self, run_id: str | None, params: dict[str, Any]) -> None:
@@ -67,13 +165,11 @@ class Tracker:
 
         items = [Param(_key(k), str(v)[:MAX_PARAM]) for k, v in params.items()]
         for i in range(0, len(items), 100):
-            self.client.log_batch(run_id, params=items[i : i + 100])
+            self._call("log_batch", run_id, params=items[i : i + 100])
 
     def metrics(self, run_id: str | None, metrics: dict[str, float], step: int = 0) -> None:
         if not run_id:
             return
-        import time
-
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
@@ -83,30 +179,31 @@ class Tracker:
             if isinstance(v, int | float) and v == v and abs(v) != float("inf")
         ]
         for i in range(0, len(items), 500):
-            self.client.log_batch(run_id, metrics=items[i : i + 500])
+            self._call("log_batch", run_id, metrics=items[i : i + 500])
 
     def curve(self, run_id: str | None, key: str, points: list[tuple[int, float]]) -> None:
         """A metric with one value per step (e.g. fidelity vs queries)."""
         if not run_id or not points:
             return
-        import time
-
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
         items = [Metric(_metric_key(key), float(v), now, int(s)) for s, v in points]
         for i in range(0, len(items), 500):
-            self.client.log_batch(run_id, metrics=items[i : i + 500])
+            self._call("log_batch", run_id, metrics=items[i : i + 500])
 
     def tags(self, run_id: str | None, tags: dict[str, Any]) -> None:
         if not run_id:
             return
-        for k, v in tags.items():
-            self.client.set_tag(run_id, _key(k), str(v)[:5000])
+        from mlflow.entities import RunTag
+
+        items = [RunTag(_key(k), str(v)[:5000]) for k, v in tags.items()]
+        if items:
+            self._call("log_batch", run_id, tags=items)
 
     def artifact(self, run_id: str | None, path: str | Path, subdir: str | None = None) -> None:
         if run_id and Path(path).exists():
-            self.client.log_artifact(run_id, str(path), subdir)
+            self._call("log_artifact", run_id, str(path), subdir)
 
     def text(self, run_id: str | None, text: str, name: str) -> None:
         if not run_id:
@@ -114,8 +211,9 @@ class Tracker:
         with tempfile.TemporaryDirectory() as tmp:
             p = Path(tmp) / name
             p.write_text(text)
-            self.client.log_artifact(run_id, str(p))
+            self._call("log_artifact", run_id, str(p))
 
-    def end(self, run_id: str | None, failed: bool = False) -> None:
+    def end(self, run_id: str | None, status: str = "FINISHED") -> None:
+        """End a run as FINISHED, FAILED or KILLED."""
         if run_id:
-            self.client.set_terminated(run_id, "FAILED" if failed else "FINISHED")
+            self._call("set_terminated", run_id, status)

@@ -212,6 +212,7 @@ class InformedKnowledge:
             backend = LocalBackend(model, info.task, info.n_classes, self.s.interface, dev, dt)
             o = Oracle(backend, info, self.oracle.defenses, None, self.s.seed + 31 * t)
             o.ledger = self.oracle.ledger  # one budget for the whole run
+            o.answered = self.oracle.answered  # and one count of answered rows per attack
             o.progress = self.oracle.progress
             views.append(o.view(self.attack))
         x_aux = as_x(data.x_pool)

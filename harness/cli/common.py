@@ -1,5 +1,6 @@
-"""Pieces every leakmeter command shares: the --threads and --set options and `guarded`, which
-turns bad input into one line and exit code 2, and any other crash into one line and exit 3."""
+"""Pieces every leakmeter command shares: the --threads and --set options, `guarded` (bad input →
+one line and exit 2; a crash → one line and exit 3; SIGINT/SIGTERM → an orderly stop, exit
+128 + the signal), and the summary lines printed after a run."""
 
 from __future__ import annotations
 
@@ -61,13 +62,20 @@ def guarded(fn):
     @wraps(fn)
     def wrapper(*args, **kwargs):
         from harness.errors import BadInput
+        from harness.interrupts import Interrupted, handle_signals
 
         try:
-            return fn(*args, **kwargs)
+            with handle_signals():
+                return fn(*args, **kwargs)
         except BadInput as exc:
             _fail(f"error: {exc}", 2)
+        except Interrupted as exc:
+            report = getattr(exc, "report", None)
+            if report is not None:
+                print_summary(report)
+            _fail(f"interrupted by {exc.name}", 128 + exc.signum)
         except KeyboardInterrupt:
-            _fail("interrupted", 3)
+            _fail("interrupted", 130)
         except click.exceptions.Exit:
             raise
         except SystemExit:
@@ -79,8 +87,28 @@ def guarded(fn):
 
 
 def print_attacks(report: dict) -> None:
-    """One line per attack: name, status, risk, queries, reason."""
+    """One line per attack: name, status (and what stopped it), risk, queries, reason."""
     for a in report["attacks"]:
         risk = a.get("risk") or "-"
-        click.echo(f"  {a['name']:<26} {a['status']:<8} risk={risk:<6} queries={a.get('queries', 0):<8}"
+        status = a["status"] + (f"/{a['stopped_by']}" if a.get("stopped_by") else "")
+        click.echo(f"  {a['name']:<26} {status:<19} risk={risk:<6} queries={a.get('queries', 0):<8}"
                    f" {a.get('reason', '')}")
+
+
+def print_verdict(report: dict) -> None:
+    """The verdict line (and a warning when an inconclusive run is let through)."""
+    if report.get("error"):
+        click.echo(f"run crashed: {report['error']}", err=True)
+    v = report.get("verdict")
+    click.echo(f"verdict: {v} (risk {report.get('risk') or 'none scored'}): "
+               f"{report.get('verdict_reason', '')}")
+    if v == "inconclusive" and (report.get("policy") or {}).get("on_inconclusive") == "pass":
+        click.echo("leakmeter: warning: the verdict is inconclusive (no risk shown, but not every "
+                   "attack finished); policy.on_inconclusive: pass lets it exit 0", err=True)
+
+
+def print_summary(report: dict) -> None:
+    """Attack lines, the verdict, and where the report went."""
+    print_attacks(report)
+    print_verdict(report)
+    click.echo(f"report: {report.get('outdir')}/report.json; mlflow run: {report.get('mlflow_run_id')}")

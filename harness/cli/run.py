@@ -12,7 +12,7 @@ from harness.cli.common import (
     check_output_paths,
     ci_outputs,
     guarded,
-    print_attacks,
+    print_summary,
     write_ci_outputs,
 )
 from harness.threads import pin_threads
@@ -44,17 +44,9 @@ def run(scenario, overrides, json_path, out, tracking_uri, no_tracking, sarif_pa
         s.tracking.enabled = False
     report = run_scenario(s, tracking_uri=tracking_uri, out=out, json_path=json_path,
                           source=Path(scenario).read_text())
-    _print_summary(report)
+    print_summary(report)
     write_ci_outputs(sarif_path, junit_path, [(None, report)], scenario, s.public_dump())
     sys.exit(exit_code(report))
-
-
-def _print_summary(report: dict) -> None:
-    print_attacks(report)
-    if report.get("error"):
-        click.echo(f"run crashed: {report['error']}", err=True)
-    click.echo(f"verdict: {report.get('verdict')} (risk {report.get('risk')}); "
-               f"report: {report.get('outdir')}/report.json; mlflow run: {report.get('mlflow_run_id')}")
 
 
 @click.command()

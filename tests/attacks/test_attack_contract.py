@@ -17,6 +17,7 @@ from conftest import make_scenario
 from defenses.output import OutputDefenses
 from harness.attacks import registry
 from harness.attacks.base import FAMILIES, INTERFACES, Attack
+from harness.errors import STOP_REASONS
 from harness.oracle import Oracle
 from harness.runner import Planned, run_attack
 from harness.scenario import scenario_from_dict
@@ -111,18 +112,25 @@ def test_runs_on_tiny_victims_within_budget(name, base_victims, tmp_path):
                            tmp_path / f"{interface}-{output}-{vname}", Tracker(None, "x", False),
                            None)
         where = f"{name} on {vname}/{interface}/{output}"
-        assert entry["status"] in ("ok", "skipped"), f"{where}: {entry.get('reason')}"
+        assert entry["status"] in ("ok", "incomplete", "skipped"), f"{where}: {entry.get('reason')}"
         assert oracle.ledger.used <= BUDGET
-        assert entry["queries"] == oracle.ledger.by_attack.get(name, 0)
+        assert entry["queries"] == entry["queries_sent"] == oracle.ledger.by_attack.get(name, 0)
         assert isinstance(entry["wall_s"], float) and entry["wall_s"] >= 0
         if entry["status"] == "skipped":
             assert entry["reason"], f"{where}: a skip needs a reason"
             continue
+        assert entry["reason"], f"{where}: every outcome needs a reason"
+        if entry["status"] == "incomplete":  # stopped early: says why, scores what it had
+            assert entry["stopped_by"] in STOP_REASONS and entry["stopped_by"] != "budget", where
+            assert entry["risk"] in (*LEVELS, None), where
+            if entry["risk"] is not None:  # e.g. its own time limit on a loaded machine
+                ran.append(where)
+            continue
         ran.append(where)
-        assert entry["risk"] in LEVELS and entry["reason"]
-        assert entry["outcome"] in ("ok", "partial", "failed")
+        assert entry["stopped_by"] in (None, "budget"), where
+        assert entry["risk"] in LEVELS, f"{where}: an ok attack needs a scored risk"
         assert all(isinstance(v, int | float) for v in entry["metrics"].values()), where
-        assert entry["metrics"]["queries"] == entry["queries"]
+        assert entry["metrics"].get("queries", entry["queries"]) == entry["queries"]
     assert ran, f"{name} ran on none of the tiny victims: everything was skipped"
 
 

@@ -149,7 +149,11 @@ def test_cli_exit_codes_and_no_running_runs(tmp_path, tracking_uri):
     assert runs and all(r.info.status == "FINISHED" for r in runs)
 
 
-def test_attack_crash_gives_exit_3_failed_run_and_partial_report(tmp_path, tracking_uri):
+@pytest.mark.parametrize("fail_on, code", [("never", 3), ("high", 1)])
+def test_attack_crash_gives_exit_3_failed_run_and_partial_report(tmp_path, tracking_uri, fail_on,
+                                                                  code):
+    """A crash is verdict `error` (exit 3), unless another attack's scored risk already reaches
+    fail_on (`fail` takes precedence: exit 1); the parent run is FAILED either way."""
     from harness.attacks import _REGISTRY, register
     from harness.attacks.base import Attack
 
@@ -165,13 +169,14 @@ def test_attack_crash_gives_exit_3_failed_run_and_partial_report(tmp_path, track
         p = tmp_path / "s.yaml"
         p.write_text(yaml.safe_dump(make_scenario(
             attacks=[{"name": "boom_test"}, {"name": "span_nonadaptive"}],
-            tracking={"uri": tracking_uri, "experiment": "x"})))
+            tracking={"uri": tracking_uri, "experiment": "x"}, policy={"fail_on": fail_on})))
         res = CliRunner().invoke(main, ["run", str(p), "--json", str(tmp_path / "r.json"),
                                         "--out", str(tmp_path / "o")])
     finally:
         _REGISTRY.pop("boom_test")
-    assert res.exit_code == 3
+    assert res.exit_code == code
     rep = json.loads((tmp_path / "r.json").read_text())
+    assert rep["verdict"] == {3: "error", 1: "fail"}[code]
     boom, span = rep["attacks"]
     assert boom["status"] == "error" and "kaboom" in boom["reason"] and boom["queries"] == 3
     assert span["status"] == "ok" and span["metrics"]["recovered_rank"] == 16

@@ -30,11 +30,12 @@ class GLMParams(Params):
 
 
 def glm_weights(state: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(W, b) of a one-layer model's state_dict; AttackFailed when it is not a GLM."""
+    """(W, b) of a one-layer model's state_dict; AttackSkipped when it is not a GLM (the closed
+    form does not apply: the attack declines rather than failing)."""
     mats = [v for v in state.values() if v.dim() == 2]
     vecs = [v for v in state.values() if v.dim() == 1]
     if len(mats) != 1 or len(vecs) > 1:
-        raise AttackFailed(f"the released model is not a GLM (it has {len(mats)} weight "
+        raise AttackSkipped(f"the released model is not a GLM (it has {len(mats)} weight "
                            "matrices); glm_closed_form needs arch: logistic or linear")
     return mats[0].double(), (vecs[0].double() if vecs else None)
 
@@ -92,11 +93,8 @@ class GLMClosedForm(Attack):
     def run(self, oracle, params: GLMParams, ctx) -> Artifact:
         kn = ctx.knowledge
         if kn is None or not kn.available:
-            raise AttackSkipped("an informed adversary needs a locally trained victim")
-        try:  # decline non-GLMs before training anything: the theorem does not apply to them
-            glm_weights(oracle.weights())
-        except AttackFailed as exc:
-            raise AttackSkipped(str(exc)) from None
+            raise AttackFailed("an informed adversary needs a locally trained victim")
+        glm_weights(oracle.weights())  # decline non-GLMs before training anything
         t = max(1, min(params.targets, kn.max_targets()))
         _, b0 = glm_weights(oracle.weights())
         rel = kn.release(t, side_labels=b0 is None)  # Thm. 8 (no intercept) is given y

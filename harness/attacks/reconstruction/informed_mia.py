@@ -20,7 +20,7 @@ import torch
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
 from harness.attacks.reconstruction.reconn import format_outputs
-from harness.errors import AttackFailed, AttackSkipped
+from harness.errors import AttackFailed, AttackSkipped, AttackStopped
 
 
 class MIAParams(Params):
@@ -60,9 +60,10 @@ class InformedMIA(Attack):
         white = oracle.offers("weights")
         probe = rel.x_aux[: params.probes]
         info = oracle.info
-        guesses, llrs, t0, done = [], [], time.perf_counter(), 0
+        guesses, llrs, t0, done, stop = [], [], time.perf_counter(), 0, None
         for g, view in enumerate(rel.views):
             if time.perf_counter() - t0 > params.max_seconds and done > 0:
+                stop = "time"
                 break
             cx, cy = rel.candidates[g], rel.candidate_y[g]
             xe = cx.repeat_interleave(k, 0)
@@ -75,6 +76,7 @@ class InformedMIA(Attack):
                 pts = torch.cat([probe, cx])
                 f_sh = format_outputs(recipe.outputs_many(flat, pts), info.task, info.output)
                 if oracle.affordable(len(pts)) < len(pts):
+                    stop = "budget"
                     break
                 f_rel = view.predict(pts).reshape(-1).to(f_sh)
             f_sh = f_sh.double().reshape(2, k, -1)
@@ -86,13 +88,17 @@ class InformedMIA(Attack):
             guesses.append(int(d[1] < d[0]))
             done += 1
         if done == 0:
-            raise AttackFailed("no game could be played within the budget")
+            raise AttackStopped("no game could be played within the query budget",
+                                stopped_by="budget") if stop == "budget" else \
+                AttackFailed("no game could be played within the bounds")
         art = Artifact("membership", data={"guess": torch.tensor(guesses), "llr": llrs},
                        metrics={"games_played": float(done), "shadows_per_hypothesis": float(k),
                                 "deterministic_recipe": float(recipe.deterministic)},
                        notes=rel.notes + [f"representation: {'weights' if white else 'outputs'}"])
+        art.progress = f"{done} of {games} games"
         if done < games:
-            art.outcome, art.reason = "partial", f"{done} of {games} games within the bounds"
+            art.stopped_by = stop or "time"
+            art.reason = f"{done} of {games} games within the {art.stopped_by} limit"
         return art
 
     def judge(self, m, artifact):

@@ -210,10 +210,11 @@ class KKT(Attack):
             "lambda": (scale[:, None] * mu).detach()[keep].reshape(-1)[finite].cpu(),
             "outdir": ctx.outdir, "eta_spec": ctx.scenario.rero.eta if ctx.scenario else None,
             "curves": {"kkt_residual": curve}}, metrics=metrics)
+        art.progress = f"{done} of {params.steps} steps, {len(cands)} candidates"
         if len(cands) == 0:
-            art.outcome, art.reason = "failed", "every restart diverged"
+            art.stopped_by, art.reason = "precision", "every restart diverged"
         elif done < params.steps:
-            art.outcome = "partial"
+            art.stopped_by = "time"
             art.reason = f"stopped after {done} of {params.steps} steps (max_seconds)"
         return art
 

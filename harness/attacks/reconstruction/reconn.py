@@ -221,8 +221,9 @@ class Reconn(Attack):
                                                 f"{done} shadows in {shadow_s:.1f} s"]
                        + ([f"outputs decoded to parameters (ridge {params.ridge:g})"]
                           if feats == "outputs" and params.decode == "ridge" else []))
+        art.progress = f"{done} of {params.shadows} shadows"
         if done < params.shadows:
-            art.outcome = "partial"
+            art.stopped_by = "time"
             art.reason = f"{done} of {params.shadows} shadows within max_seconds"
         return art
 
