@@ -23,7 +23,7 @@ class AttackFailed(Exception):
     """An attack could not produce a trustworthy result; the message says why."""
 
 
-# Why an attack stopped before the end of its procedure (CONTRACT: `stopped_by`). `budget` is the
+# Why an attack stopped before the end of its procedure (docs/contract.md: `stopped_by`). `budget` is the
 # defense under test working (status ok); every other reason makes the attack `incomplete`.
 STOP_REASONS = ("budget", "faults", "endpoint", "time", "precision", "assumption", "interrupt")
 

@@ -53,6 +53,13 @@ class Oracle:
         if self.progress is not None:
             self.progress(n)
 
+    def sibling(self, backend: Any, seed: int) -> Oracle:
+        """An oracle on another model (an informed release, a canary run) with the same interface
+        and defenses, sharing this run's budget, answered-row counts and progress."""
+        o = Oracle(backend, self.info, self.defenses, None, seed, self.progress)
+        o.ledger, o.answered = self.ledger, self.answered
+        return o
+
     def view(self, attack: str) -> OracleView:
         """The handle one attack gets: same budget, its own query count."""
         return OracleView(self, attack)

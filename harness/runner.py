@@ -24,7 +24,8 @@ from pydantic import ValidationError
 from tqdm.auto import tqdm
 
 from defenses.output import OutputDefenses
-from harness.attacker.informed import InformedKnowledge, KnowledgeAccess
+from harness.attacker.informed import InformedKnowledge
+from harness.attacker.membership import MembershipKnowledge
 from harness.attacks import registry
 from harness.attacks.base import Artifact, Attack, RunContext
 from harness.errors import AttackFailed, AttackSkipped, BadInput, InterfaceError
@@ -37,7 +38,7 @@ from harness.scoring import score
 from reports import render
 from reports.html import write_html
 from reports.metadata import run_metadata
-from reports.tracking import Tracker, TrackingUnavailable
+from reports.tracking import Tracker, TrackingUnavailable, probe_server
 from reports.verdict import reaches, status_of, verdict
 from victims.build import build_victim
 from victims.models.training import progress_disabled
@@ -72,6 +73,13 @@ def plan_attacks(s: Scenario) -> list[Planned]:
     return out
 
 
+def _probe_tracking(uri: str | None) -> None:
+    try:
+        probe_server(uri or "")
+    except TrackingUnavailable as exc:
+        raise BadInput(f"tracking.uri: {uri}: {exc}") from None
+
+
 def open_tracker(s: Scenario, tracking_uri: str | None) -> Tracker:
     """The MLflow tracker for this run; BadInput (exit 2) when the store cannot be used."""
     uri = tracking_uri or s.tracking.uri
@@ -92,13 +100,15 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
     started = datetime.now(UTC)
     t0 = time.perf_counter()
     torch.manual_seed(s.seed)
+    if s.tracking.enabled:  # a silent tracking server is bad input, found before anything else
+        _probe_tracking(tracking_uri or s.tracking.uri)
     plan = plan_attacks(s)
     tracker = open_tracker(s, tracking_uri)
     caught = WarningsCapture().start()  # third-party warnings go to the report, not the terminal
     try:
         if victim is None:
-            _stage(f"{s.name}: building the victim")
             victim = build_victim(s)
+            _stage(f"{s.name}: victim ready ({_utility_line(victim)})")
         if victim.info.interface not in OFFERS:
             raise BadInput(f"interface.kind: {victim.info.interface} is not supported")
     except BaseException:
@@ -146,6 +156,11 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
         stop.report = report
         raise stop
     return report
+
+
+def _utility_line(victim) -> str:
+    u = ", ".join(f"{k} {v:.3f}" for k, v in victim.utility.items()) or "no test split"
+    return f"{u}; {victim.record.get('parameters', '?')} parameters"
 
 
 def _stage(line: str) -> None:
@@ -204,6 +219,16 @@ def _new_entry(planned: Planned) -> dict[str, Any]:
             "retries": 0, "faults": 0, "wall_s": 0.0, "metrics": {}}
 
 
+def _knowledge(s: Scenario, victim, oracle: Oracle, name: str, seed: int, family: str):
+    """What the attacker is handed besides the oracle, for local victims (None otherwise): the
+    membership evaluation set and reference-model recipe, or the informed adversary's releases."""
+    if getattr(victim.truth, "data", None) is None:
+        return None
+    if family == "membership":
+        return MembershipKnowledge(s, victim, oracle, name, seed)
+    return InformedKnowledge(s, victim, oracle, name, seed)
+
+
 def _progress_factory():
     def make(desc: str, total: int | None):
         return tqdm(total=total, desc=desc, disable=progress_disabled(), leave=False)
@@ -231,10 +256,8 @@ def run_attack(planned: Planned, oracle: Oracle, victim, s: Scenario, outdir: Pa
                      gen=torch.Generator(device="cpu").manual_seed(seed),
                      device=victim.info.device, outdir=adir, progress=_progress_factory(),
                      scenario=s)
-    provider = None
-    if getattr(victim.truth, "data", None) is not None:  # informed knowledge: local victims only
-        provider = InformedKnowledge(s, victim, oracle, atk.name, seed)
-        ctx.knowledge = KnowledgeAccess(provider)
+    provider = _knowledge(s, victim, oracle, atk.name, seed, atk.family)
+    ctx.knowledge = provider.access() if provider is not None else None
     run_id = tracker.start(atk.name, {"leakmeter.attack": atk.name, "leakmeter.family": atk.family},
                            parent=parent)
     stop: Interrupted | None = None

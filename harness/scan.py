@@ -148,6 +148,9 @@ def compare(new: dict[str, Any], base: dict[str, Any], tol: Tolerance) -> list[d
             st = "same" if b == n else "info"
         rows.append({"attack": attack, "metric": "risk", "baseline": b, "scan": n, "status": st})
 
+    rows.append({"attack": "(overall)", "metric": "verdict", "baseline": base.get("verdict"),
+                 "scan": new.get("verdict"),
+                 "status": "same" if base.get("verdict") == new.get("verdict") else "info"})
     risk_row("(overall)", base.get("risk"), new.get("risk"))
     old = {a["name"]: a for a in base.get("attacks", [])}
     for a in new.get("attacks", []):
@@ -216,8 +219,8 @@ def run_scan(s: Any, *, baseline: str = "last-pass", tolerance: Tolerance | None
                           extra_tags={"leakmeter.scan": "true", "leakmeter.baseline": base_id})
     rows = compare(report, base, tol) if base is not None else []
     regressed = any(r["status"] == "regressed" for r in rows)
-    code = exit_code(report)
-    code = code if code == 3 else (1 if regressed else 0)
+    code = exit_code(report)  # 1 fail, 3 error, 4 inconclusive (0 with on_inconclusive: pass)
+    code = 1 if regressed else (0 if code == 1 else code)  # a scan fails on regressions
     report["scan"] = {"baseline": base_id, "baseline_found": base is not None,
                       "regressed": regressed, "diff": rows, "tolerance": tol.__dict__}
     stats = report.get("victim", {}).get("endpoint", {}).get("stats")

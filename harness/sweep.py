@@ -18,7 +18,6 @@ import copy
 import hashlib
 import itertools
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,9 +26,7 @@ from typing import Any
 
 from harness.errors import BadInput
 from harness.scenario import Scenario, parse_value, scenario_from_dict
-
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
-               "LEAKMETER_THREADS")
+from harness.sweep_executors import ray_preflight, run_local, run_ray
 
 
 @dataclass
@@ -194,125 +191,6 @@ def plan_sweep(raw: dict[str, Any], source: str, grid_items: list[str], seeds: i
     return SweepPlan(raw, grid, seed_list, cells, sweep_id_of(raw, grid, seed_list), scenarios)
 
 
-# --------------------------------------------------------------------------- one cell (in a worker)
-
-
-def _pin_worker(threads: int) -> None:
-    from harness.threads import pin_threads
-
-    pin_threads(threads)
-
-
-def run_cell(task: dict[str, Any]) -> dict[str, Any]:
-    """Run one cell's scenario (in a worker process or Ray task); returns a small summary.
-
-    Never raises: a crash is returned as {"error": ...} so the sweep can carry on.
-    """
-    _pin_worker(task.get("threads", 1))
-    t0 = time.perf_counter()
-    try:
-        from harness.runner import run_scenario
-        from reports.tracking import Tracker
-
-        s = scenario_from_dict(task["data"], task["source"])
-        tags = {"mlflow.parentRunId": task["sweep_run_id"], "leakmeter.kind": "cell",
-                "leakmeter.sweep_id": task["sweep_id"], "leakmeter.cell": task["cell_key"],
-                "leakmeter.cell_label": task["cell_label"]} if task["sweep_run_id"] else {}
-        report = run_scenario(s, tracking_uri=task["tracking_uri"], out=task["out"],
-                              extra_tags=tags, source=task.get("yaml"))
-        run_id = report.get("mlflow_run_id")
-        if run_id:
-            tr = Tracker(task["tracking_uri"], s.tracking.experiment, True)
-            tr.params(run_id, {f"sweep.{k}": ("none" if v is None else v)
-                               for k, v in task["settings"].items()} | {"sweep.seed": s.seed})
-            done = not report.get("error") and all(a.get("status") != "error" for a in report["attacks"])
-            if done:
-                tr.tags(run_id, {"leakmeter.cell_done": "1"})
-        return {"cell_key": task["cell_key"], "label": task["cell_label"], "run_id": run_id,
-                "report": report, "wall_s": round(time.perf_counter() - t0, 3), "pid": os.getpid()}
-    except BadInput as exc:
-        return {"cell_key": task["cell_key"], "label": task["cell_label"], "error": f"bad input: {exc}"}
-    except Exception as exc:  # noqa: BLE001 - one cell's crash must not stop the sweep
-        return {"cell_key": task["cell_key"], "label": task["cell_label"],
-                "error": f"{type(exc).__name__}: {exc}"}
-
-
-# --------------------------------------------------------------------------- executors
-
-
-def run_local(tasks: list[dict[str, Any]], jobs: int, threads: int,
-              on_done: Callable[[dict[str, Any]], None]) -> list[dict[str, Any]]:
-    """Run tasks in at most `jobs` spawned worker processes; returns results in finishing order."""
-    import multiprocessing as mp
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
-    env_before = {v: os.environ.get(v) for v in THREAD_VARS}
-    for v in THREAD_VARS:  # inherited by the spawned workers before they import torch
-        os.environ[v] = str(threads)
-    results = []
-    try:
-        with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(tasks))),
-                                 mp_context=mp.get_context("spawn"),
-                                 initializer=_pin_worker, initargs=(threads,)) as pool:
-            pending = {pool.submit(run_cell, t) for t in tasks}
-            try:
-                while pending:
-                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    for f in done:
-                        r = f.result()
-                        results.append(r)
-                        on_done(r)
-            except BaseException:
-                for f in pending:
-                    f.cancel()
-                raise
-    finally:
-        for v, old in env_before.items():
-            if old is None:
-                os.environ.pop(v, None)
-            else:
-                os.environ[v] = old
-    return results
-
-
-def run_ray(tasks: list[dict[str, Any]], jobs: int, threads: int, address: str | None,
-            on_done: Callable[[dict[str, Any]], None]) -> list[dict[str, Any]]:
-    """Run tasks as Ray tasks (one CPU each) on `address`, or on a local Ray started for the sweep."""
-    try:
-        import ray
-    except ImportError:
-        raise BadInput("--executor ray: Ray is not installed; pip install 'leakmeter[ray]'") from None
-    env = {v: str(threads) for v in THREAD_VARS} | {"MLFLOW_DISABLE_TELEMETRY": "true",
-                                                    "TQDM_DISABLE": os.environ.get("TQDM_DISABLE", "1")}
-    started = not ray.is_initialized()
-    if started:
-        kwargs: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": False,
-                                  "configure_logging": False}
-        if address:
-            kwargs["address"] = address
-        else:
-            kwargs.update(num_cpus=max(1, jobs), include_dashboard=False)
-        try:
-            ray.init(**kwargs)
-        except Exception as exc:  # noqa: BLE001 - an unreachable cluster is a bad option
-            raise BadInput(f"--ray-address {address or '(local)'}: cannot start or reach Ray: "
-                           f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}") from None
-    results = []
-    try:
-        remote = ray.remote(num_cpus=1, max_retries=0)(run_cell)
-        refs = [remote.remote(t) for t in tasks]
-        while refs:
-            done, refs = ray.wait(refs, num_returns=1)
-            for ref in done:
-                r = ray.get(ref)
-                results.append(r)
-                on_done(r)
-    finally:
-        if started:
-            ray.shutdown()
-    return results
-
-
 # --------------------------------------------------------------------------- the sweep
 
 
@@ -342,22 +220,40 @@ def cell_runs(client, experiment_id: str, sweep_run_id: str) -> list:
             return out
 
 
+def _end_stray_runs(tracker: Any, sweep_run_id: str) -> None:
+    """Mark KILLED the cell runs (and their attack runs) a stopped worker left RUNNING."""
+    client, exp = tracker.client, tracker.experiment_id
+    todo = [sweep_run_id]
+    while todo:
+        parent = todo.pop()
+        for r in client.search_runs([exp], f"tags.`mlflow.parentRunId` = '{parent}'", max_results=5000):
+            if r.info.status == "RUNNING":
+                tracker.end(r.info.run_id, "KILLED")
+            if r.data.tags.get("leakmeter.kind") == "cell":
+                todo.append(r.info.run_id)
+
+
 def run_sweep(plan: SweepPlan, *, scenario_path: str, tracking_uri: str | None, out: str | Path | None,
               jobs: int = 1, threads: int = 1, executor: str = "local", ray_address: str | None = None,
               fresh: bool = False, echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Run (or resume) the sweep; returns {"sweep_run_id", "results", "skipped", "errors", ...}."""
     import yaml
 
-    from reports.tracking import Tracker, default_uri
+    from harness.interrupts import Interrupted
+    from reports.tracking import Tracker, TrackingUnavailable, default_uri
 
     s0 = plan.scenarios[0]
     if not s0.tracking.enabled:
         raise BadInput("tracking.enabled: a sweep records its cells in MLflow; enable tracking")
+    if executor == "ray":
+        ray_preflight(ray_address)
     uri = tracking_uri or s0.tracking.uri or default_uri()
     if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_absolute():
         uri = f"sqlite:///{Path(uri.removeprefix('sqlite:///')).resolve()}"
     try:
         tracker = Tracker(uri, s0.tracking.experiment, True)
+    except TrackingUnavailable as exc:
+        raise BadInput(f"tracking.uri: {uri}: {exc}") from None
     except Exception as exc:  # noqa: BLE001
         raise BadInput(f"tracking.uri: cannot use MLflow store {uri!r}: {type(exc).__name__}") from None
     client = tracker.client
@@ -427,13 +323,14 @@ def run_sweep(plan: SweepPlan, *, scenario_path: str, tracking_uri: str | None, 
         errors = [r for r in results if r.get("error") or r["report"].get("error")
                   or any(a.get("status") == "error" for a in r["report"].get("attacks", []))]
         status = "FAILED" if errors else "FINISHED"
-    except KeyboardInterrupt:
+    except (Interrupted, KeyboardInterrupt):
         status = "KILLED"
         raise
     finally:
+        _end_stray_runs(tracker, sweep_run_id)
         tracker.metrics(sweep_run_id, {"cells": len(plan.cells), "cells_run": len(results),
                                        "cells_skipped": skipped, "sweep_wall_s": time.perf_counter() - t0})
-        client.set_terminated(sweep_run_id, status)
+        tracker.end(sweep_run_id, status)
     return {"sweep_run_id": sweep_run_id, "sweep_id": plan.sweep_id, "tracking_uri": uri,
             "experiment": s0.tracking.experiment, "results": results, "skipped": skipped,
             "errors": errors, "out": str(outroot)}

@@ -106,7 +106,12 @@ def _cell(settings: dict[str, Any], runs: list[dict[str, Any]], fail_on: str) ->
     errored = any(rep.get("error") or any(a.get("status") == "error" for a in rep.get("attacks", []))
                   for rep in reports)
     verdicts = [rep.get("verdict") for rep in reports]
-    verdict = "error" if errored or None in verdicts else ("fail" if "fail" in verdicts else "pass")
+    if "fail" in verdicts:  # the contract's precedence: fail > error > inconclusive > pass
+        verdict = "fail"
+    elif errored or None in verdicts or "error" in verdicts:
+        verdict = "error"
+    else:
+        verdict = "inconclusive" if "inconclusive" in verdicts else "pass"
     eps = [((rep.get("privacy") or {}).get("epsilon")) for rep in reports]
     attacks: dict[str, dict[str, Any]] = {}
     names = []

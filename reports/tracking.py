@@ -28,7 +28,7 @@ os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
 
 MAX_PARAM = 500  # characters kept of a param value
-PROBE_TIMEOUT_S = 5.0  # per attempt; two attempts at most
+PROBE_TIMEOUT_S = 6.0  # one attempt: a server that answers nothing in 6 s is not usable
 LOCKED_RETRY_S = 60.0  # how long "database is locked" is retried
 
 
@@ -89,17 +89,13 @@ def probe_server(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
     import requests
 
     url = uri.rstrip("/") + "/api/2.0/mlflow/experiments/search"
-    last = ""
-    for _ in range(2):
-        try:
-            resp = requests.get(url, params={"max_results": 1}, timeout=timeout)
-        except requests.RequestException as exc:
-            last = type(exc).__name__
-            continue
-        if resp.status_code < 500:
-            return
-        last = f"HTTP {resp.status_code}"
-    raise TrackingUnavailable(f"the tracking server does not answer ({last})")
+    try:
+        resp = requests.get(url, params={"max_results": 1}, timeout=timeout)
+    except requests.RequestException as exc:
+        raise TrackingUnavailable(f"the tracking server does not answer within {timeout:g} s "
+                                  f"({type(exc).__name__})") from None
+    if resp.status_code >= 500:
+        raise TrackingUnavailable(f"the tracking server answers HTTP {resp.status_code}")
 
 
 def default_uri() -> str:

@@ -138,6 +138,10 @@ class Release:
 class InformedKnowledge:
     """Lazy provider of informed-adversary knowledge for one attack (set on RunContext)."""
 
+    def access(self) -> KnowledgeAccess:
+        """The narrow handle the attack gets (never the truth)."""
+        return KnowledgeAccess(self)
+
     def __init__(self, s: Any, victim: Any, oracle: Any, attack: str, seed: int):
         self.s = s
         self.victim = victim
@@ -178,7 +182,6 @@ class InformedKnowledge:
         if self._release is not None:
             raise RuntimeError("one release per attack run")
         from harness.errors import AttackFailed
-        from harness.oracle import Oracle
 
         if not self.available:
             raise AttackFailed("an informed adversary needs a locally trained victim "
@@ -210,11 +213,7 @@ class InformedKnowledge:
             if getattr(model, "grad_norm", None) is not None:
                 gnorms.append(float(model.grad_norm))
             backend = LocalBackend(model, info.task, info.n_classes, self.s.interface, dev, dt)
-            o = Oracle(backend, info, self.oracle.defenses, None, self.s.seed + 31 * t)
-            o.ledger = self.oracle.ledger  # one budget for the whole run
-            o.answered = self.oracle.answered  # and one count of answered rows per attack
-            o.progress = self.oracle.progress
-            views.append(o.view(self.attack))
+            views.append(self.oracle.sibling(backend, self.s.seed + 31 * t).view(self.attack))
         x_aux = as_x(data.x_pool)
         y_aux = as_y(data.y_pool)
         self.truth = InformedTruth(tx, ty, choice if candidates > 1 else None,

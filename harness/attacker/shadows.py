@@ -21,17 +21,22 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from harness.attacker.ghost_norms import ghost_clipped_sum, ghost_layers
+from harness.attacker.stacked_training import train_stacked
 from victims.models.training import loss_fn
 
 
 def batchable(recipe: Any) -> bool:
-    """True when `train_many` can train this recipe in batches."""
+    """True when `train_many` can train this recipe in batches (minibatch SGD and DP-SGD with
+    Poisson sampling go through harness/attacker/stacked_training.py)."""
     t = recipe.training
-    if t.optimizer != "sgd" or recipe.spec.arch not in ("mlp", "logistic", "linear"):
-        return False
+    return t.optimizer == "sgd" and recipe.spec.arch in ("mlp", "logistic", "linear")
+
+
+def _full_batch(recipe: Any) -> bool:
+    t = recipe.training
     if recipe.dp is not None:
         return t.batch_size is None
     return t.batch_size is None or t.steps is not None
@@ -68,65 +73,24 @@ def train_many(recipe: Any, x_minus: torch.Tensor, y_minus: torch.Tensor, x_extr
                              init_seed=init_seed)
             out.append(flatten_state(m))
         return torch.stack(out)
+    if not _full_batch(recipe):
+        return _minibatch_many(recipe, x_minus, y_minus, x_extra, y_extra, seed, init_seed)
     parts = [_train_chunk(recipe, x_minus, y_minus, x_extra[i : i + chunk],
                           y_extra[i : i + chunk], seed + i, init_seed, dp_method)
              for i in range(0, len(x_extra), chunk)]
     return torch.cat(parts)
 
 
-ELEMENTWISE = (nn.ReLU, nn.Tanh, nn.Sigmoid, nn.Softplus, nn.ELU, nn.LeakyReLU, nn.Identity)
+def _minibatch_many(recipe, x_minus, y_minus, x_extra, y_extra, seed, init_seed) -> torch.Tensor:
+    """Minibatch recipes: every model's training set as a row of indices into D₋ ∪ extras."""
 
-
-def ghost_layers(model: nn.Module) -> list[Any] | None:
-    """The model as a list of Linear-layer name prefixes (str) and elementwise activations, or
-    None when it is not a Sequential of exactly those (then ghost norms do not apply)."""
-    if not isinstance(model, nn.Sequential):
-        return None
-    out: list[Any] = []
-    for name, m in model.named_children():
-        if isinstance(m, nn.Linear):
-            out.append(name)
-        elif isinstance(m, ELEMENTWISE):
-            out.append(m)
-        else:
-            return None
-    return out
-
-
-def _ghost_clipped_sum(layers, params, x, y, crit, c):
-    """Σ_i clip_C(g_i) per parameter for K stacked models: x (K, N, d), y (K, N)."""
-    a, inputs, pre = x, [], []
-    for item in layers:
-        if isinstance(item, str):
-            w, b = params[f"{item}.weight"], params.get(f"{item}.bias")
-            inputs.append(a)
-            z = torch.bmm(a, w.transpose(1, 2))
-            if b is not None:
-                z = z + b[:, None, :]
-            if not z.requires_grad:
-                z.requires_grad_(True)
-            pre.append(z)
-            a = z
-        else:
-            a = item(a)
-    k, n = y.shape
-    total = crit(a.reshape(k * n, -1), y.reshape(k * n)) * (k * n)  # Σ of per-example losses
-    deltas = torch.autograd.grad(total, pre)
-    with torch.no_grad():
-        norm2 = torch.zeros(k, n, dtype=x.dtype, device=x.device)
-        for item, d, inp in zip([i for i in layers if isinstance(i, str)], deltas, inputs,
-                                strict=True):
-            extra = 1.0 if f"{item}.bias" in params else 0.0
-            norm2 += (d**2).sum(-1) * ((inp**2).sum(-1) + extra)
-        f = (c / (norm2.sqrt() + 1e-6)).clamp(max=1.0)
-        out = {}
-        for item, d, inp in zip([i for i in layers if isinstance(i, str)], deltas, inputs,
-                                strict=True):
-            fd = d * f[..., None]
-            out[f"{item}.weight"] = torch.bmm(fd.transpose(1, 2), inp)
-            if f"{item}.bias" in params:
-                out[f"{item}.bias"] = fd.sum(1)
-    return out
+    n, k = len(x_minus), len(x_extra)
+    x = torch.cat([x_minus.to(x_extra), x_extra])
+    y = torch.cat([y_minus.to(y_extra.device), y_extra])
+    base = torch.arange(n)[None].expand(k, n)
+    idx = torch.cat([base, (n + torch.arange(k))[:, None]], 1)
+    init = None if init_seed is None else [init_seed] * k
+    return train_stacked(recipe, x, y, idx, seed, init)
 
 
 def _train_chunk(recipe, x_minus, y_minus, xk, yk, seed, init_seed, dp_method="auto") -> torch.Tensor:
@@ -183,7 +147,7 @@ def _train_chunk(recipe, x_minus, y_minus, xk, yk, seed, init_seed, dp_method="a
             y_all = torch.cat([ym[None].expand(k, *ym.shape), yk[:, None]], 1)
 
             def clipped_sum(p):
-                return _ghost_clipped_sum(layers, p, x_all, y_all, crit, c)
+                return ghost_clipped_sum(layers, p, x_all, y_all, crit, c)
         else:
             def one(p, x1, y1):
                 return crit(out(p, x1[None]), y1[None])

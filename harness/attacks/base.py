@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, model_validator
 
-FAMILIES = ("extraction", "span", "reconstruction")
+FAMILIES = ("extraction", "span", "reconstruction", "membership")
 INTERFACES = ("prediction", "gradient", "smoothgrad", "whitebox")
 
 

@@ -14,6 +14,7 @@ from harness.cli.common import (
     ci_outputs,
     guarded,
     print_attacks,
+    print_verdict,
     write_ci_outputs,
 )
 from harness.threads import pin_threads
@@ -55,8 +56,6 @@ def scan(scenario, overrides, baseline, tolerances, json_path, out, tracking_uri
     if stats:
         click.echo(f"endpoint: {stats['requests']} HTTP requests ({stats['retries']} retries) for "
                    f"{report.get('queries_total', 0)} queries")
-    if report.get("error"):
-        click.echo(f"scan crashed: {report['error']}", err=True)
     if not res["baseline_found"]:
         why = "none requested" if baseline == "none" else f"none found ({baseline})"
         click.echo(f"baseline: {why}; nothing to compare — this run "
@@ -68,8 +67,8 @@ def scan(scenario, overrides, baseline, tolerances, json_path, out, tracking_uri
             click.echo(line)
         click.echo("REGRESSION: leakage rose beyond tolerance" if res["regressed"]
                    else "no regression")
-    click.echo(f"verdict: {report.get('verdict')} (risk {report.get('risk')}); report: "
-               f"{report.get('outdir')}/report.json; mlflow run: {report.get('mlflow_run_id')}")
+    print_verdict(report)
+    click.echo(f"report: {report.get('outdir')}/report.json; mlflow run: {report.get('mlflow_run_id')}")
     write_ci_outputs(sarif_path, junit_path, [(None, report)], scenario, s.public_dump())
     code = res["exit"]
     if fail_on_verdict and code == 0 and report.get("verdict") == "fail":

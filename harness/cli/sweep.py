@@ -66,7 +66,8 @@ def sweep(scenario, grid, overrides, seeds, jobs, executor, ray_address, out, tr
         click.echo(_terminal(cmp))
         click.echo(f"comparison: {files[0]} (+ Markdown, plots); logged to MLflow run {res['sweep_run_id']}")
         if code == 0 and cmp["recommended"] is None:
-            code = 1
+            inconclusive = any(c["verdict"] == "inconclusive" for c in cmp["cells"])
+            code = 4 if inconclusive else 1  # no passing cell: none shown safe, or none could tell
     if sarif_path or junit_path:
         _ci_outputs(sarif_path, junit_path, records, res, cmp, scenario, raw)
     sys.exit(code)

@@ -63,7 +63,7 @@ def _describe(err: dict[str, Any], source: str) -> str:
     value = err.get("input")
     if err["type"] == "extra_forbidden":
         parent = _model_at(clean)
-        allowed = ", ".join(parent.model_fields) if parent else "see CONTRACT.md"
+        allowed = ", ".join(parent.model_fields) if parent else "see docs/contract.md"
         return f"{source}: {path}: unknown key; allowed keys here: {allowed}"
     if err["type"] == "missing":
         return f"{source}: {path}: required key is missing"

@@ -96,11 +96,19 @@ class EndpointSpec(Strict):
     response_path: str | None = None
 
 
+class ClaimedPrivacy(Strict):
+    """A model's declared DP guarantee (add/remove neighbours), audited by `dp_audit`."""
+
+    epsilon: float = Field(gt=0)
+    delta: float = Field(default=1e-5, ge=0, lt=1)
+
+
 class VictimSpec(Strict):
     model: ModelSpec = Field(default_factory=ModelSpec)
     data: DataSpec = Field(default_factory=DataSpec)
     training: TrainingSpec = Field(default_factory=TrainingSpec)
     endpoint: EndpointSpec | None = None
+    claimed_privacy: ClaimedPrivacy | None = None
 
 
 class SmoothGradSpec(Strict):

@@ -84,7 +84,9 @@ def test_declarations(name):
     assert issubclass(cls, Attack) and cls.name == name
     assert cls.family in FAMILIES
     assert cls.needs and set(cls.needs) <= set(INTERFACES)
-    assert re.match(r"^00[0-4] ", cls.paper), f"{name}: paper must cite a paper file and section"
+    # a paper file of docs (000-004) and section, or an author-year citation (membership family)
+    assert re.match(r"^(00[0-4] |[A-Z][a-z]+ et al\. \d{4})", cls.paper), \
+        f"{name}: paper must cite a paper file and section, or authors and year"
     assert cls.summary, f"{name}: needs a one-line summary"
     assert cls.__doc__ or inspect.getmodule(cls).__doc__, f"{name}: needs a docstring"
     params = cls.Params()  # every parameter has a default

@@ -40,15 +40,9 @@ def test_non_tty_run_prints_each_stage_and_keeps_warnings_in_the_report(tmp_path
     res = subprocess.run([*CLI, "run", "dp.yaml", "--out", "out"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
     assert res.returncode in (0, 1), res.stderr[-2000:]
-    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("leakmeter: [")]
-    stages = [ln.split("] ", 1)[1] for ln in lines]
-    assert stages[0] == "dp: building the victim (digits, mlp)"
-    assert stages[1].startswith("victim ready: test accuracy ")
-    assert stages[2] == "attack 1/1 span_nonadaptive: running"
-    assert stages[3].startswith("attack span_nonadaptive: ok, risk ")
-    assert stages[4].startswith("verdict ") and len(stages) == 5
-    clocks = [float(ln.split("[", 1)[1].split(" s]")[0]) for ln in lines]
-    assert clocks == sorted(clocks) and clocks[1] > 0  # printed as the run went, not at the end
+    stages = [ln for ln in res.stderr.splitlines() if ln.startswith("leakmeter: dp: ")]
+    assert stages == ["leakmeter: dp: building the victim", "leakmeter: dp: attack 1/1: span_nonadaptive",
+                      "leakmeter: dp: ReRo bounds"]
     assert "Warning" not in res.stderr + res.stdout and "Secure RNG" not in res.stderr
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     caught = {w["message"].split(".")[0]: w for w in report["warnings"]}

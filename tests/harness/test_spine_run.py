@@ -38,7 +38,7 @@ def test_gradient_api_recovers_the_exact_span(tmp_path, tracking_uri):
     assert m["max_principal_angle_deg"] < 0.01 and m["min_energy_in_span"] > 1 - 1e-9
     assert a["risk"] == "high" and rep["verdict"] == "fail" and rep["risk"] == "high"
     assert a["queries"] == m["samples"] and a["wall_s"] > 0
-    # the report follows CONTRACT.md
+    # the report follows docs/contract.md
     for key in ("scenario", "verdict", "risk", "victim", "privacy", "rero", "attacks"):
         assert key in rep
     assert 0.8 < rep["victim"]["test_accuracy"] <= 1 and rep["victim"]["parameters"] == 64 * 16 + 16 + 170

@@ -54,3 +54,11 @@ def test_ray_matches_local_executor(tmp_path):
 @pytest.mark.slow
 def test_ray_matches_local_on_the_2x2_sweep(tmp_path):
     _same(tmp_path, ["defenses.dp_sgd.epsilon=1,none", "defenses.query_budget=8,200"])
+
+
+@pytest.mark.slow
+def test_a_local_ray_sweep_starts_beside_a_ray_address_in_the_environment(tmp_path, monkeypatch):
+    """RAY_ADDRESS names a cluster that is not there: the sweep still starts its own local Ray."""
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
+    res, cells = _sweep(tmp_path, ["defenses.query_budget=8"], "ray")
+    assert len(cells) == 1 and not res["errors"]

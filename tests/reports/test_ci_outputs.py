@@ -240,7 +240,7 @@ def test_run_writes_sarif_junit_and_run_metadata(tmp_path, monkeypatch):
     assert res.exit_code == 1, res.output  # the full span leaks: fail
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["scenario_sha256"] == hashlib.sha256(scen.read_bytes()).hexdigest()
-    started = datetime.strptime(report["started_at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    started = datetime.fromisoformat(report["started_at"].replace("Z", "+00:00"))
     assert before.replace(microsecond=0) <= started <= datetime.now(UTC)
     assert 0 < report["duration_s"] <= (datetime.now(UTC) - before).total_seconds() + 1
     assert report["device"] == "cpu" and report["leakmeter_version"]

@@ -24,13 +24,13 @@ def test_rero_table_shows_flags_and_a_dash_for_missing_eta():
 def test_old_or_partial_reports_render():
     md = to_markdown({"scenario": "x", "verdict": None, "attacks": [{"name": "a"}],
                       "privacy": {"epsilon": 2.0}})
-    assert "**Verdict: NONE REACHED**" in md and "| a |  | ? | - |" in md and "None" not in md
+    assert "**Verdict: ERROR**" in md and "| a |  | ? | - | - |" in md and "None" not in md
     md = to_markdown({"scenario": "x", "verdict": "inconclusive", "policy": {"fail_on": "high"},
                       "leakmeter_version": "0.2.0", "started_at": "2026-01-01T00:00:00Z", "duration_s": 4.5,
                       "attacks": [{"name": "b", "status": "incomplete", "stopped_by": "faults",
                                    "risk": "low"}]})
     assert "leakmeter 0.2.0; started 2026-01-01T00:00:00Z; took (s) 4.5" in md
-    assert "| b |  | incomplete (faults) | low |" in md
+    assert "| b |  | incomplete | faults | low |" in md
 
 
 def test_warnings_caught_during_the_run_are_listed():

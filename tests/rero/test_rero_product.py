@@ -51,6 +51,10 @@ def test_rows_from_the_victims_own_accounting(dp_victim, tmp_path):
     assert emp["rdp"]["gamma"] == pytest.approx(min(1.0, max(k, by_hand)), rel=1e-12)
     assert emp["eps_delta_dp"]["gamma"] == pytest.approx(min(1.0, k * math.exp(rec.epsilon) + rec.delta))
     assert sum(r.get("tightest", False) for r in emp.values()) == 1
+    # κ centred on pool points estimates the sup over all centres: γ is labelled not rigorous,
+    # and the same bound with the conservative κ (2η) rides along as the guarantee
+    assert not any(r["rigorous"] for r in emp.values())
+    assert all(r["gamma_rigorous"] is None or r["gamma_rigorous"] >= r["gamma"] for r in emp.values())
     fin = {r["bound"]: r for r in rows if r["prior"] == "finite"}
     assert fin["rdp"]["kappa"] == 0.1 and fin["rdp"]["eta"] is None
     for r in rows:

@@ -123,7 +123,9 @@ def _npz(path: str) -> tuple[np.ndarray, ...]:
                     f"victim.data.path: {p} lacks arrays {missing}; "
                     "needs x_train, y_train, x_test, y_test"
                 )
-            return tuple(np.asarray(z[k]) for k in ("x_train", "y_train", "x_test", "y_test"))
+            pool = ((np.asarray(z["x_pool"]), np.asarray(z["y_pool"]))  # the attacker's own data
+                    if "x_pool" in z and "y_pool" in z else None)
+            return (*(np.asarray(z[k]) for k in ("x_train", "y_train", "x_test", "y_test")), pool)
     except (ValueError, OSError) as exc:
         raise BadInput(f"victim.data.path: {p} is not a readable .npz ({exc})") from None
 
@@ -177,11 +179,12 @@ def load_dataset(spec: Any, seed: int) -> Dataset:
         return Dataset(name, task, x[tr], y[tr], x[te], y[te], x[pool], y[pool], (d,),
                        n_classes, record)
 
+    npz_pool = None
     if name in ("digits", "breast_cancer", "diabetes"):
         x, y, shape, task = _sklearn(name)
         x_te_fixed = y_te_fixed = None
     elif name == "npz":
-        xtr, ytr, xte, yte = _npz(spec.path)
+        xtr, ytr, xte, yte, npz_pool = _npz(spec.path)
         shape = tuple(xtr.shape[1:]) or (1,)
         x = xtr.reshape(len(xtr), -1).astype(np.float64)
         y = ytr
@@ -246,11 +249,16 @@ def load_dataset(spec: Any, seed: int) -> Dataset:
         tr, te, pool = _split(n, [n_train, n_test, n_pool], rng)
         parts = (x[tr], y[tr], x[te], y[te], x[pool], y[pool])
     else:
-        n_pool = min(spec.attacker_pool, n - n_train)
+        n_pool = min(spec.attacker_pool, n - n_train) if npz_pool is None else 0
         tr, pool = _split(n, [n_train, n_pool], rng)
         n_test = min(spec.n_test or len(x_te_fixed), len(x_te_fixed))
         te = rng.permutation(len(x_te_fixed))[:n_test]
         parts = (x[tr], y[tr], x_te_fixed[te], y_te_fixed[te], x[pool], y[pool])
+        if npz_pool is not None:  # the user's x_pool/y_pool: the attacker's data, as given
+            px = npz_pool[0].reshape(len(npz_pool[0]), -1).astype(np.float64)
+            py = npz_pool[1].astype(y.dtype)
+            parts = (*parts[:4], px, py)
+            record["pool_source"] = "x_pool/y_pool of the .npz"
     x_tr, y_tr, x_te, y_te, x_pl, y_pl = parts
 
     x_tr, x_te, x_pl, norm = _normalise(x_tr, x_te, x_pl, spec.standardize)

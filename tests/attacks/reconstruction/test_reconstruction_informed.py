@@ -102,9 +102,10 @@ def test_release_hides_targets_from_the_attacker():
 @pytest.mark.parametrize("kind", ["whitebox", "prediction"])
 def test_reconn_beats_nn_oracle(tmp_path, kind):
     # prediction: logits on 200 D₋ probes, decoded to parameters by ridge (Sec. VI-C + decode)
+    # max_seconds well above the ~5 s this takes, so a loaded machine does not stop it early
     s = _scenario([{"name": "reconn", "params": {"targets": 8, "shadows": 400, "hidden": 300,
                                                  "epochs": 40, "augment": ["reuse"],
-                                                 "decode": "ridge"}}],
+                                                 "decode": "ridge", "max_seconds": 300}}],
                   interface={"kind": kind, "output": "logits"})
     rep = run_scenario(s, out=tmp_path)
     m = rep["attacks"][0]["metrics"]

@@ -1,0 +1,210 @@
+"""Reference models in batches: K copies of a recipe's model trained at once with stacked parameters
+(torch.func: functional_call + vmap), model k on its own training set, a row of an index matrix into
+shared arrays. This is what makes 64 shadow models cost about as much as a few.
+
+Minibatch recipes are reproduced as the victim is trained (victims/models/training.py):
+- SGD: a fresh permutation of the model's n points per epoch from a generator seeded like the
+  victim's, batches of `batch_size` (the last one smaller), mean loss + ½·wd·‖W‖² on weight
+  matrices, momentum as torch.optim.SGD. Model k equals `recipe.train(x[idx[k]], y[idx[k]],
+  seed=seed + k)` (tested).
+- DP-SGD as Opacus does it (Abadi et al. 2016; Opacus `make_private` with Poisson sampling):
+  ceil(n/B) steps per epoch, each example in a step's batch independently with probability
+  q = 1/ceil(n/B); per-example gradients clipped to C (factor min(1, C/(‖g‖ + 1e-6))); Gaussian
+  noise σ·C on their sum, divided by the expected batch size int(n·q); the optimizer's weight decay
+  on every parameter and momentum; a step whose Poisson batch is empty is skipped (as the victim's
+  training loop does). Batches are drawn as Opacus draws them, so with negligible noise model k
+  equals `recipe.train(..., seed=seed + k)` (tested); the noise comes from the attacker's
+  generator. σ is the recipe's noise multiplier, or the one Opacus derives from its target ε for
+  this q and number of epochs.
+Per-example norms use ghost norms for Sequential MLPs (harness/attacker/shadows.py) and vmap(vmap(grad))
+otherwise. Full-batch recipes (batch_size null or `steps`) take one step per epoch/step on all n.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import torch
+from torch.func import functional_call, grad, vmap
+
+from harness.attacker.ghost_norms import ghost_clipped_sum, ghost_layers
+from victims.models.training import loss_fn
+
+STACKABLE_ARCHS = ("mlp", "logistic", "linear", "cnn")
+
+
+def stackable(recipe: Any) -> bool:
+    """True when `train_stacked` reproduces this recipe (SGD, a model leakmeter builds)."""
+    return recipe.training.optimizer == "sgd" and recipe.spec.arch in STACKABLE_ARCHS
+
+
+def dp_schedule(n: int, training: Any) -> tuple[float, int, int, int]:
+    """(sample rate q, steps per epoch, epochs, expected batch size) of Opacus' Poisson loader
+    for a training set of n points under this training spec."""
+    bs = min(training.batch_size or n, n)
+    per_epoch = math.ceil(n / bs)
+    q = 1.0 / per_epoch
+    epochs = training.epochs if training.steps is None else max(1, round(training.steps * bs / n))
+    return q, per_epoch, epochs, int(n * q)
+
+
+def dp_noise_multiplier(dp: Any, q: float, epochs: int) -> float:
+    """σ of a DP-SGD run: the given one, or Opacus' for the target ε at this q and epochs."""
+    if dp.noise_multiplier is not None:
+        return float(dp.noise_multiplier)
+    from opacus.accountants.utils import get_noise_multiplier
+
+    return float(get_noise_multiplier(target_epsilon=dp.epsilon, target_delta=dp.delta,
+                                      sample_rate=q, epochs=epochs, accountant=dp.accountant))
+
+
+def train_stacked(recipe: Any, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor, seed: int = 0,
+                  init_seeds: list[int] | None = None, chunk: int = 64) -> torch.Tensor:
+    """(K, P) flat parameters (state_dict order) of K models, model k trained by the recipe on
+    (x[idx[k]], y[idx[k]]). idx: (K, n) row indices, every model the same n. `init_seeds`: one
+    initialisation seed per model (None = the recipe's known initialisation for all); `seed + k`
+    drives model k's batch order, Poisson sampling and DP noise."""
+    if not stackable(recipe):
+        raise ValueError(f"train_stacked: recipe {recipe.training.optimizer}/{recipe.spec.arch} "
+                         "is not stackable")
+    dev, dt = recipe.device, recipe.dtype
+    x = x.to(dev, dt)
+    y = y.to(dev)
+    if recipe.task == "regression":
+        y = y.to(dt)
+    idx = idx.to(dev)
+    parts = []
+    for i in range(0, len(idx), chunk):
+        seeds = None if init_seeds is None else init_seeds[i : i + chunk]
+        parts.append(_train_chunk(recipe, x, y, idx[i : i + chunk], seed + i, seeds))
+    return torch.cat(parts)
+
+
+def _stack_init(recipe: Any, k: int, init_seeds: list[int] | None):
+    if init_seeds is None:
+        model = recipe.build()
+        base = {n: p.detach() for n, p in model.named_parameters()}
+        return model, {n: p[None].expand(k, *p.shape).clone() for n, p in base.items()}
+    models = [recipe.build(s) for s in init_seeds]
+    params = {n: torch.stack([dict(m.named_parameters())[n].detach() for m in models])
+              for n, _ in models[0].named_parameters()}
+    return models[0], params
+
+
+def _train_chunk(recipe, x, y, idx, seed, init_seeds) -> torch.Tensor:
+    t0 = time.perf_counter()
+    t = recipe.training
+    k, n = idx.shape
+    model, params = _stack_init(recipe, k, init_seeds)
+    names = list(params)
+    crit = loss_fn(recipe.task)
+
+    def out(p, xb):
+        return functional_call(model, p, (xb,))
+
+    if recipe.dp is None:
+        params = _sgd(model, params, names, out, crit, x, y, idx, seed, t)
+    else:
+        params = _dp_sgd(model, params, names, out, crit, x, y, idx, seed, recipe)
+    flat = torch.cat([params[m].reshape(k, -1) for m in model.state_dict()], dim=1)
+    recipe.n_trained += k
+    recipe.train_seconds += time.perf_counter() - t0
+    return flat.detach()
+
+
+def _sgd(model, params, names, out, crit, x, y, idx, seed, t):
+    """Non-private SGD, minibatch or full batch, every model its own batch order."""
+    k, n = idx.shape
+    is_w = {m: float(params[m].dim() > 2) for m in names}  # stacked: a weight matrix has 3 dims
+    wd, lr, mom = t.weight_decay, t.lr, t.momentum
+    bufs = {m: torch.zeros_like(p) for m, p in params.items()}
+
+    def loss(p, xb, yb):
+        pen = sum(is_w[m] * (p[m] ** 2).sum() for m in names) if wd else 0.0
+        return crit(out(p, xb), yb) + 0.5 * wd * pen
+
+    step_grad = vmap(grad(loss))
+
+    def step(rows):
+        g = step_grad(params, x[rows], y[rows])
+        with torch.no_grad():
+            for m in names:
+                bufs[m] = mom * bufs[m] + g[m] if mom else g[m]
+                params[m] = params[m] - lr * bufs[m]
+
+    full = t.batch_size is None or t.steps is not None
+    if full:
+        for _ in range(t.steps if t.steps is not None else t.epochs):
+            step(idx)
+        return params
+    gens = [torch.Generator(device="cpu").manual_seed(seed + j) for j in range(k)]
+    bs = t.batch_size
+    for _ in range(t.epochs):
+        perm = torch.stack([torch.randperm(n, generator=g) for g in gens]).to(idx.device)
+        for i in range(0, n, bs):
+            step(idx.gather(1, perm[:, i : i + bs]))
+    return params
+
+
+def _dp_sgd(model, params, names, out, crit, x, y, idx, seed, recipe):
+    """DP-SGD with Poisson sampling, per-example clipping and Gaussian noise (Opacus' semantics)."""
+    k, n = idx.shape
+    t, dp = recipe.training, recipe.dp
+    q, per_epoch, epochs, expected = dp_schedule(n, t)
+    sigma = dp_noise_multiplier(dp, q, epochs)
+    c = dp.max_grad_norm
+    wd, lr, mom = t.weight_decay, t.lr, t.momentum
+    dev, dt = x.device, x.dtype
+    gen = torch.Generator(device=dev).manual_seed(seed + 15485863)
+    # Poisson masks drawn as Opacus' sampler draws them (float32 uniforms from a CPU generator
+    # seeded like the victim's loader), so model k samples exactly as recipe.train(seed=seed + k)
+    samplers = [torch.Generator(device="cpu").manual_seed(seed + j) for j in range(k)]
+    bufs = {m: torch.zeros_like(p) for m, p in params.items()}
+    layers = ghost_layers(model)
+    if layers is not None:
+        def clipped_sum(p, xb, yb, w):
+            return ghost_clipped_sum(layers, p, xb, yb, crit, c, weight=w)
+    else:
+        def one(p, x1, y1):
+            return crit(out(p, x1[None]), y1[None])
+
+        per_example = vmap(vmap(grad(one), in_dims=(None, 0, 0)))
+
+        def clipped_sum(p, xb, yb, w):
+            g = per_example(p, xb, yb)  # (K, m, ...)
+            norm = torch.sqrt(sum((g[m].flatten(2) ** 2).sum(2) for m in names))
+            f = (c / (norm + 1e-6)).clamp(max=1.0) * w
+            return {m: torch.einsum("km,km...->k...", f, g[m]).detach() for m in names}
+
+    ar = torch.arange(n, device=dev)
+    for step_no in range(epochs * per_epoch):
+        if step_no % per_epoch == 0:  # a DataLoader iterator draws its base seed every epoch
+            for g in samplers:
+                torch.empty((), dtype=torch.int64).random_(generator=g)
+        if q >= 1.0:
+            mask = torch.ones(k, n, dtype=torch.bool, device=dev)
+        else:
+            mask = torch.stack([torch.rand(n, generator=g) < q for g in samplers]).to(dev)
+        counts = mask.sum(1)
+        size = int(counts.max())
+        if size == 0:
+            continue
+        # each model's sampled points first (stable order), padded to the largest batch
+        order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)[:, :size]
+        valid = (ar[None, :size] < counts[:, None]).to(dt)
+        rows = idx.gather(1, order)
+        sums = clipped_sum(params, x[rows], y[rows], valid)
+        active = (counts > 0).to(dt)
+        with torch.no_grad():
+            for m in names:
+                p = params[m]
+                shape = (k,) + (1,) * (p.dim() - 1)
+                noise = torch.randn(p.shape, generator=gen, device=dev, dtype=dt)
+                g = (sums[m] + sigma * c * noise) / expected + wd * p
+                new_buf = mom * bufs[m] + g if mom else g
+                a = active.reshape(shape)
+                bufs[m] = a * new_buf + (1 - a) * bufs[m]
+                params[m] = p - lr * a * new_buf
+    return params

@@ -1,0 +1,110 @@
+"""What the membership attacks share: the evaluation set and the target's signals through the
+oracle, the artifact they return, and one judge.
+
+Risk levels (scored against the true membership; `lr_low` is the largest ratio TPR_low / FPR_high
+at the thresholds where the measured FPR is ≤ 1% and ≤ 0.1%, each rate bounded one-sided by
+Clopper–Pearson, the two thresholds Bonferroni-corrected — a likelihood ratio at 95% confidence):
+- high: lr_low ≥ 5 and TPR_low ≥ 1%: at a threshold flagging at most ~1% of non-members, an
+  attacker flags at least five times as many members, i.e. a "member" claim is right ≥ 5:1 —
+  members are identifiable, not just statistically distinguishable (LiRA on CIFAR-10 without DP:
+  TPR 8% at 0.1% FPR, a ratio of 80);
+- medium: members score significantly higher than non-members (one-sided Mann–Whitney p < 0.01)
+  or lr_low > 1: leakage beyond chance, but no confident identification at low FPR;
+- low: neither — what an (ε ≈ 0)-DP model or a well-generalising one shows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from harness.attacker.signals import correct_from_labels, phi_from_api, phi_from_logits
+from harness.attacks.base import Artifact
+from harness.errors import AttackSkipped
+
+HIGH_RATIO = 5.0
+HIGH_TPR = 0.01
+MEDIUM_P = 0.01
+
+
+def knowledge(ctx) -> Any:
+    """The membership knowledge handle, or AttackSkipped with why there is none."""
+    kn = ctx.knowledge
+    if kn is None or getattr(kn, "kind", None) != "membership" or not kn.available:
+        raise AttackSkipped("membership inference needs the victim's members and non-members "
+                            "(a locally trained victim, or a model file with its data)")
+    return kn
+
+
+def needs_scores(info) -> str | None:
+    """Why a real-valued-signal attack cannot run on this API (None when it can)."""
+    if info.interface != "whitebox" and info.output == "label":
+        return "needs real-valued outputs (probabilities or logits) or weights; the API returns labels"
+    return None
+
+
+def affordable_prefix(oracle, n: int, per_point: int = 1) -> int:
+    """How many evaluation points (from the start of the secret order) the budget pays for."""
+    return oracle.affordable(n * per_point) // per_point
+
+
+def target_phi(oracle, kn, x: torch.Tensor, y: torch.Tensor,
+               shifts: tuple[tuple[int, int], ...] = ((0, 0),)) -> torch.Tensor:
+    """(n, A) φ of the deployed model on x (and shifted copies): exact logits from the released
+    weights when white-box and the model can be rebuilt, else the API's answers (queries)."""
+    from harness.attacker.reference_models import shifted
+
+    info = oracle.info
+    shape = info.input_shape
+    if oracle.offers("weights") and kn.recipe is not None:
+        w = oracle.weights()
+        flat = torch.cat([v.reshape(-1) for v in w.values()]).to(info.device, info.dtype)
+        cols = [phi_from_logits(kn.recipe.outputs_many(flat[None], shifted(x, shape, s))[0], y, info.task)
+                for s in shifts]
+        return torch.stack(cols, -1)
+    if info.output == "label":
+        raise AttackSkipped(needs_scores(info))
+    cols = [phi_from_api(oracle.predict(shifted(x, shape, s)), y, info.task, info.output)
+            for s in shifts]
+    return torch.stack(cols, -1)
+
+
+def target_correct(oracle, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """1[label right] from a label-only API."""
+    return correct_from_labels(oracle.predict(x), y)
+
+
+def scores_artifact(scores: torch.Tensor, n_eval: int, ctx, metrics: dict[str, float],
+                    notes: list[str], title: str, curves: dict[str, Any] | None = None) -> Artifact:
+    """The membership_scores artifact (scores for the first len(scores) evaluation points)."""
+    s = scores.detach().double().cpu().numpy()
+    art = Artifact("membership_scores", data={"scores": s, "outdir": ctx.outdir, "title": title},
+                   metrics={**metrics, "evaluated": float(len(s)), "eval_set": float(n_eval)},
+                   notes=notes)
+    if curves:
+        art.data["roc_scores"] = {k: v.detach().double().cpu().numpy() for k, v in curves.items()}
+    if len(s) < n_eval:
+        art.outcome, art.stopped_by = "partial", "budget"
+        art.reason = f"the query budget paid for {len(s)} of {n_eval} evaluation points"
+        art.progress = f"{len(s)} of {n_eval} points scored"
+    return art
+
+
+def judge_membership(m: dict[str, float]) -> tuple[str, str]:
+    """Risk from the scored ROC measures (see the module docstring)."""
+    if "auc" not in m:
+        return "medium", "membership scores made; no truth to score them"
+    n0 = int(m["nonmembers"])
+    t1 = m["tpr_at_fpr_0.01"]
+    t01 = m["tpr_at_fpr_0.001"]
+    floor = "" if m["tpr_at_fpr_0.001_measured"] else f" (at 0 of {n0} false positives: 0.1% is below 1/{n0})"
+    facts = (f"AUC {m['auc']:.3f}, TPR {t1:.3f} at 1% FPR, {t01:.4f} at 0.1% FPR{floor}; "
+             f"likelihood ratio ≥ {m['lr_low']:.1f} at 95%")
+    tpr_low = max(m["tpr_at_fpr_0.01_tpr_low"], m["tpr_at_fpr_0.001_tpr_low"])
+    if m["lr_low"] >= HIGH_RATIO and tpr_low >= HIGH_TPR:
+        return "high", f"members identifiable at low FPR: {facts}"
+    if m["mannwhitney_p"] < MEDIUM_P or m["lr_low"] > 1.0:
+        p = m["mannwhitney_p"]
+        return "medium", f"members distinguishable beyond chance (Mann–Whitney p {p:.2g}): {facts}"
+    return "low", f"no membership leakage shown: {facts}"

@@ -1,0 +1,144 @@
+"""Where sweep cells run: spawned worker processes (`run_local`, at most `jobs` at a time) or Ray
+tasks (`run_ray`, on a cluster or a local Ray started for the sweep). Either way the worker is
+`harness.sweep.run_cell`, so both give the same numbers for the same seeds; a stopped sweep stops
+its workers (SIGTERM, then SIGKILL after a grace period)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from harness.errors import BadInput
+from harness.sweep_cell import pin_worker, run_cell
+
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+               "LEAKMETER_THREADS")
+
+
+def run_local(tasks: list[dict[str, Any]], jobs: int, threads: int,
+              on_done: Callable[[dict[str, Any]], None]) -> list[dict[str, Any]]:
+    """Run tasks in at most `jobs` spawned worker processes; returns results in finishing order."""
+    import multiprocessing as mp
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    env_before = {v: os.environ.get(v) for v in THREAD_VARS}
+    for v in THREAD_VARS:  # inherited by the spawned workers before they import torch
+        os.environ[v] = str(threads)
+    results = []
+    pool = ProcessPoolExecutor(max_workers=max(1, min(jobs, len(tasks))),
+                               mp_context=mp.get_context("spawn"),
+                               initializer=pin_worker, initargs=(threads,))
+    try:
+        pending = {pool.submit(run_cell, t) for t in tasks}
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in done:
+                r = f.result()
+                results.append(r)
+                on_done(r)
+        pool.shutdown(wait=True)
+    except BaseException:
+        _stop_workers(pool)
+        raise
+    finally:
+        for v, old in env_before.items():
+            if old is None:
+                os.environ.pop(v, None)
+            else:
+                os.environ[v] = old
+    return results
+
+
+def _stop_workers(pool: Any, grace_s: float = 8.0) -> None:
+    """Stop a process pool now: cancel what has not started, ask running workers to stop
+    (SIGTERM: each ends its cell's runs KILLED), and kill those still alive after `grace_s`."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    end = time.monotonic() + grace_s
+    for p in procs:
+        p.join(max(0.0, end - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join(1.0)
+
+
+def ray_preflight(address: str | None) -> None:
+    """Checks a Ray sweep needs before anything is recorded: Ray importable, and a given cluster
+    address answering within seconds (ray.init would otherwise wait for minutes)."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise BadInput("--executor ray: Ray is not installed; pip install 'leakmeter[ray]'") from None
+    if not address or address == "auto":
+        return
+    import socket
+
+    hostport = address.removeprefix("ray://")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise BadInput(f"--ray-address {address}: expected HOST:PORT (or ray://HOST:PORT, or auto)")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as exc:
+        raise BadInput(f"--ray-address {address}: nothing answers there ({exc.strerror or exc}); "
+                       "start the cluster with `ray start --head` or omit the option for a local Ray"
+                       ) from None
+
+
+def _ray_cause(exc: BaseException) -> str:
+    """The line of a Ray start-up error that names the cause (Ray puts it deep in the text)."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    for key in ("token", "auth", "version", "refused", "timed out", "timeout"):
+        hit = next((ln for ln in lines if key in ln.lower()), None)
+        if hit:
+            return hit[:300]
+    return (lines[-1] if lines else type(exc).__name__)[:300]
+
+
+def run_ray(tasks: list[dict[str, Any]], jobs: int, threads: int, address: str | None,
+            on_done: Callable[[dict[str, Any]], None]) -> list[dict[str, Any]]:
+    """Run tasks as Ray tasks (one CPU each) on `address`, or on a local Ray started for the sweep
+    (whatever RAY_ADDRESS says); at most `jobs` tasks are in flight, on a cluster too."""
+    import ray
+
+    env = {v: str(threads) for v in THREAD_VARS} | {"MLFLOW_DISABLE_TELEMETRY": "true",
+                                                    "TQDM_DISABLE": os.environ.get("TQDM_DISABLE", "1")}
+    started = not ray.is_initialized()
+    if started:
+        kwargs: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": False,
+                                  "configure_logging": False}
+        if address:
+            kwargs["address"] = address
+        else:  # a new local instance, even beside a running cluster or with RAY_ADDRESS set
+            kwargs.update(address="local", num_cpus=max(1, jobs), include_dashboard=False)
+        try:
+            ray.init(**kwargs)
+        except Exception as exc:  # noqa: BLE001 - an unreachable cluster is a bad option
+            raise BadInput(f"--ray-address {address or '(local)'}: cannot start or reach Ray: "
+                           f"{type(exc).__name__}: {_ray_cause(exc)}") from None
+    results: list[dict[str, Any]] = []
+    in_flight: list[Any] = []
+    try:
+        remote = ray.remote(num_cpus=1, max_retries=0)(run_cell)
+        queue = list(tasks)
+        while queue or in_flight:
+            while queue and len(in_flight) < max(1, jobs):
+                in_flight.append(remote.remote(queue.pop(0)))
+            done, in_flight = ray.wait(in_flight, num_returns=1)
+            for ref in done:
+                r = ray.get(ref)
+                results.append(r)
+                on_done(r)
+    except BaseException:
+        for ref in in_flight:
+            ray.cancel(ref, force=True)
+        raise
+    finally:
+        if started:
+            ray.shutdown()
+    return results
