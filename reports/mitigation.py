@@ -84,13 +84,25 @@ def advice_for(attack: str, family: str | None = None) -> dict[str, Any]:
     return data
 
 
+def paper_citations(paper: str | None) -> list[dict[str, Any]]:
+    """The papers an attack's `paper` field names, each with the section it cites:
+    "003 Sec. 3.1" → paper 003 at "Sec. 3.1"; "Carlini et al. 2022 Sec. IV" → that paper at
+    "Sec. IV"; several are separated by ";"."""
+    known = papers()
+    out = []
+    for part in str(paper or "").split(";"):
+        part = part.strip()
+        key = next((k for k in sorted(known, key=len, reverse=True)
+                    if part == k or part.startswith(k + " ")), None)
+        if key is not None:
+            out.append({**known[key], "id": key, "section": part[len(key):].strip()})
+    return out
+
+
 def paper_citation(paper: str | None) -> dict[str, Any] | None:
-    """The paper an attack's `paper` field names ("003 Sec. 3.1" → paper 003, section "Sec. 3.1")."""
-    if not paper:
-        return None
-    num, _, section = str(paper).partition(" ")
-    found = papers().get(num)
-    return None if found is None else {**found, "id": num, "section": section}
+    """The first paper an attack's `paper` field names (see `paper_citations`), or None."""
+    found = paper_citations(paper)
+    return found[0] if found else None
 
 
 def _rero_gamma(rows: list[dict[str, Any]]) -> float | None:
@@ -191,10 +203,10 @@ def help_text(attack: str, family: str | None, paper: str | None) -> tuple[str, 
     """(plain text, Markdown) help of an attack's rule: what it does, the paper, what to change."""
     spec = advice_for(attack, family)
     fam = families().get(family or "", {})
-    cite = paper_citation(paper)
     md = [spec["help"].strip(), ""]
-    if cite:
-        md.append(f"Paper: {cite['short']}, *{cite['title']}*, {cite['section']} ({cite['url']}).")
+    for cite in paper_citations(paper):
+        where = f", {cite['section']}" if cite["section"] else ""
+        md.append(f"Paper: {cite['short']}, *{cite['title']}*{where} ({cite['url']}).")
     levels = fam.get("levels") or {}
     if levels:
         md += ["", "Risk levels for this family:", ""]
