@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from jinja2 import ChainableUndefined, TemplateError, Undefined
+from jinja2 import ChainableUndefined, TemplateError, Undefined, UndefinedError
 from jinja2.sandbox import SandboxedEnvironment
 
 ADVICE_DIR = Path(__file__).parent / "advice"
@@ -48,9 +48,17 @@ def _pct(v: Any) -> str:
     return f"{float(v):.0%}"
 
 
+def _shown(v: Any) -> Any:
+    """What a template prints: a missing value (None) drops the item like an undefined one."""
+    if v is None:
+        raise UndefinedError("a value the advice needs is missing")
+    return v
+
+
 @cache
 def _env() -> SandboxedEnvironment:
-    env = SandboxedEnvironment(undefined=_Missing, autoescape=False, trim_blocks=True, lstrip_blocks=True)
+    env = SandboxedEnvironment(undefined=_Missing, autoescape=False, trim_blocks=True, lstrip_blocks=True,
+                               finalize=_shown)
     env.filters.update(num=_num, pct=_pct)
     env.globals.update(log=math.log, log2=math.log2, exp=math.exp, sqrt=math.sqrt, min=min, max=max)
     return env

@@ -267,3 +267,23 @@ def test_a_missing_output_folder_is_bad_input_before_anything_runs(tmp_path, mon
     assert not (tmp_path / "leakmeter-out").exists()  # nothing ran, no folder left behind
     res = leakmeter("sweep", str(scen), "--grid", "defenses.query_budget=1,2", flag, "nope/x.out")
     assert res.exit_code == 2 and f"{flag}: folder" in res.stderr
+
+
+def test_rules_cite_papers_named_by_author_and_year(scenario_file):
+    rep = {"scenario": "synth", "verdict": "fail", "policy": {"fail_on": "high"}, "attacks": [
+        attack("dp_audit", "membership", "ok", "high",
+               paper="Jagielski et al. 2020; Nasr et al. 2021; Steinke et al. 2023",
+               metrics={"epsilon_lower": 2.1, "epsilon_claimed": 0.5, "epsilon_perfect": 6.0,
+                        "audit_delta": 1e-5}),
+        attack("mia_lira", "membership", "ok", "medium", paper="Carlini et al. 2022 Sec. IV",
+               metrics={"auc": 0.61, "tpr_at_fpr_0.01": 0.04, "tpr_at_fpr_0.001": 0.01, "lr_low": 2.5})]}
+    log = to_sarif([(None, rep)], scenario_file)
+    jsonschema.validate(log, SCHEMA)
+    audit, lira = log["runs"][0]["tool"]["driver"]["rules"]
+    assert "external/cwe/cwe-693" in audit["properties"]["tags"]
+    assert all(who in audit["help"]["markdown"] for who in ("Jagielski, Ullman, Oprea", "Steinke, Nasr"))
+    assert "Carlini, Chien, Nasr" in lira["help"]["markdown"] and "Sec. IV" in lira["help"]["markdown"]
+    msg = {r["ruleId"]: r["message"]["text"] for r in log["runs"][0]["results"]}
+    assert "ε ≥ 2.1 at 95%" in msg["leakmeter/dp_audit"]
+    assert "above the claimed ε = 0.5" in msg["leakmeter/dp_audit"]
+    assert "TPR 0.01 at 0.1% FPR and 0.04 at 1% FPR" in msg["leakmeter/mia_lira"]
