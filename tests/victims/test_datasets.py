@@ -130,3 +130,17 @@ def test_too_large_n_train_names_the_value_asked_for_and_the_most_possible():
     assert "n_train: 1000 (the default) is more than digits (classes [0, 1]) can give: it has 360" in msg
     d = load_dataset(DataSpec(dataset="digits", n_train=1796, attacker_pool=0), 0)
     assert len(d.x_train) == 1796 and len(d.x_test) == 1  # the most it allows really works
+
+
+def test_n_train_against_a_fixed_test_split(tmp_path):
+    """With the user's own test split, the default n_train is an upper limit (every training record
+    is used); an n_train the user asked for and the file cannot give is one clear line."""
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "d.npz", x_train=rng.normal(size=(200, 4)), y_train=rng.integers(0, 2, 200),
+             x_test=rng.normal(size=(50, 4)), y_test=rng.integers(0, 2, 50))
+    d = load_dataset(DataSpec(dataset="npz", path=str(tmp_path / "d.npz"), attacker_pool=0), 0)
+    assert len(d.x_train) == 200 and len(d.x_test) == 50
+    with pytest.raises(BadInput) as exc:
+        load_dataset(DataSpec(dataset="npz", path=str(tmp_path / "d.npz"), n_train=500), 0)
+    assert str(exc.value) == ("victim.data.n_train: 500 is more than npz can give: it has 200 records, "
+                              "so at most 200 can train")

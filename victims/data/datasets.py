@@ -232,9 +232,11 @@ def load_dataset(spec: Any, seed: int) -> Dataset:
 
     n = len(x)
     of = f"{name}" + (f" (classes {list(spec.classes)})" if spec.classes is not None else "")
-    if spec.n_train is not None and spec.n_train > n - (1 if x_te_fixed is None else 0):
-        most = n - 1 if x_te_fixed is None else n
-        default = "" if "n_train" in getattr(spec, "model_fields_set", {"n_train"}) else " (the default)"
+    most = n - 1 if x_te_fixed is None else n
+    explicit = "n_train" in getattr(spec, "model_fields_set", {"n_train"})
+    # a fixed test split leaves every record to training: the default n_train is an upper limit there
+    if spec.n_train is not None and spec.n_train > most and (explicit or x_te_fixed is None):
+        default = "" if explicit else " (the default)"
         rest = " and leave one to test" if x_te_fixed is None else ""
         raise BadInput(f"victim.data.n_train: {spec.n_train}{default} is more than {of} can give: it has "
                        f"{n} records, so at most {most} can train{rest}")
