@@ -53,7 +53,7 @@ def speed(n_loop: int) -> None:
     s = _scenario([])
     v = build_victim(s)
     o = Oracle(v.backend, v.info, None, None)
-    kn = MembershipKnowledge(s, v, o, "bench", 0)
+    kn = MembershipKnowledge(s, v, o, "bench", 0, 1)
     ev, recipe = kn.eval_set(), kn.recipe
     t0 = time.perf_counter()
     refs = train_reference_set(recipe, ev, 64, "halves", 1, False, False)

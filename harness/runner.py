@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 import time
 import traceback
+import zlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,7 +28,7 @@ from defenses.output import OutputDefenses
 from harness.attacker.informed import InformedKnowledge
 from harness.attacker.membership import MembershipKnowledge
 from harness.attacks import registry
-from harness.attacks.base import Artifact, Attack, RunContext
+from harness.attacks.base import Artifact, Attack, RunContext, ThreatModel
 from harness.errors import AttackFailed, AttackSkipped, BadInput, InterfaceError
 from harness.interrupts import Interrupted, deferred
 from harness.oracle import OFFERS, Oracle
@@ -42,6 +43,8 @@ from reports.tracking import Tracker, TrackingUnavailable, probe_server
 from reports.verdict import reaches, status_of, verdict
 from victims.build import build_victim
 from victims.models.training import progress_disabled
+
+_ATTACKER, _DEFENDER = 0xA77AC4, 0xDEFE4D  # stream tags: the two sides never share a seed
 
 
 @dataclass
@@ -103,6 +106,8 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
     if s.tracking.enabled:  # a silent tracking server is bad input, found before anything else
         _probe_tracking(tracking_uri or s.tracking.uri)
     plan = plan_attacks(s)
+    for note in s.notes():
+        print(f"leakmeter: note: {note}", file=sys.stderr)
     tracker = open_tracker(s, tracking_uri)
     caught = WarningsCapture().start()  # third-party warnings go to the report, not the terminal
     try:
@@ -183,6 +188,7 @@ def _new_report(s: Scenario, victim, oracle: Oracle, started: datetime) -> dict[
         "interface": {"kind": s.interface.kind, "output": s.interface.output},
         "fingerprint": s.fingerprint(), "defenses": defenses,
         "query_budget": s.defenses.query_budget, "mlflow_run_id": None, "tracking_uri": None,
+        "attacker": _attacker_section(s, victim), "notes": s.notes(),
     }
 
 
@@ -219,14 +225,49 @@ def _new_entry(planned: Planned) -> dict[str, Any]:
             "retries": 0, "faults": 0, "wall_s": 0.0, "metrics": {}}
 
 
-def _knowledge(s: Scenario, victim, oracle: Oracle, name: str, seed: int, family: str):
+def _knowledge(s: Scenario, victim, oracle: Oracle, name: str, seed: int, secret: int, family: str):
     """What the attacker is handed besides the oracle, for local victims (None otherwise): the
-    membership evaluation set and reference-model recipe, or the informed adversary's releases."""
+    membership evaluation set and reference-model recipe, or the informed adversary's releases.
+    `seed` is the attacker's; `secret` draws the defender's secrets (targets, member order)."""
     if getattr(victim.truth, "data", None) is None:
         return None
     if family == "membership":
-        return MembershipKnowledge(s, victim, oracle, name, seed)
-    return InformedKnowledge(s, victim, oracle, name, seed)
+        return MembershipKnowledge(s, victim, oracle, name, seed, secret)
+    return InformedKnowledge(s, victim, oracle, name, secret)
+
+
+def attacker_run_seed(s: Scenario) -> int:
+    """The attacker's seed for the run: declared (attacker.seed), else drawn from the scenario's
+    seed in a stream of its own, apart from every seed the defender uses."""
+    if s.attacker.seed is not None:
+        return int(s.attacker.seed)
+    return int(np.random.SeedSequence([s.seed, _ATTACKER]).generate_state(1)[0])
+
+
+def attack_seeds(run_seed: int, scenario_seed: int, name: str) -> tuple[int, int]:
+    """(the attack's own seed, the defender's secret seed for that attack's provider): two
+    unrelated streams, so nothing the attacker holds derives the defender's secrets."""
+    key = zlib.crc32(name.encode())
+    own = np.random.SeedSequence([run_seed, key]).generate_state(1)[0]
+    secret = np.random.SeedSequence([scenario_seed, _DEFENDER, key]).generate_state(1)[0]
+    return int(own), int(secret)
+
+
+def threat_model(s: Scenario, victim) -> ThreatModel:
+    """What the attacker is declared to know (reported as the report's `attacker` section)."""
+    known = s.attacker.knows_architecture or s.interface.kind == "whitebox"  # weights show it
+    return ThreatModel(seed=attacker_run_seed(s), architecture=s.victim.model if known else None,
+                       input_domain_source=victim.info.input_domain_source,
+                       claimed_privacy=s.victim.claimed_privacy, declared_dp=s.defenses.dp_sgd,
+                       rero_eta=s.rero.eta)
+
+
+def _attacker_section(s: Scenario, victim) -> dict[str, Any]:
+    info = victim.info
+    return {"input_domain": [info.input_low, info.input_high],
+            "input_domain_source": info.input_domain_source, "pool": int(len(info.x_pool)),
+            "knows_architecture": s.attacker.knows_architecture or s.interface.kind == "whitebox",
+            "seed": "declared" if s.attacker.seed is not None else "drawn apart from the defender's"}
 
 
 def _progress_factory():
@@ -251,12 +292,13 @@ def run_attack(planned: Planned, oracle: Oracle, victim, s: Scenario, outdir: Pa
     view = oracle.view(atk.name)
     adir = outdir / atk.name
     adir.mkdir(parents=True, exist_ok=True)
-    seed = s.seed + sum(map(ord, atk.name))
+    threat = threat_model(s, victim)
+    seed, secret = attack_seeds(threat.seed, s.seed, atk.name)
     ctx = RunContext(seed=seed, rng=np.random.default_rng(seed),
                      gen=torch.Generator(device="cpu").manual_seed(seed),
                      device=victim.info.device, outdir=adir, progress=_progress_factory(),
-                     scenario=s)
-    provider = _knowledge(s, victim, oracle, atk.name, seed, atk.family)
+                     threat=threat, scenario=s)
+    provider = _knowledge(s, victim, oracle, atk.name, seed, secret, atk.family)
     ctx.knowledge = provider.access() if provider is not None else None
     run_id = tracker.start(atk.name, {"leakmeter.attack": atk.name, "leakmeter.family": atk.family},
                            parent=parent)

@@ -180,14 +180,12 @@ def build_local_victim(s: Any) -> Victim:
     backend = LocalBackend(model, data.task, data.n_classes, s.interface, device, dtype)
     utility = _utility(backend, data)
     pool = torch.as_tensor(data.x_pool, dtype=dtype, device=device)
-    # the input range an attacker can know: from its own pool (the private split only if none)
-    public = data.x_pool if len(data.x_pool) else data.x_train
-    lo, hi = float(public.min()), float(public.max())
+    lo, hi, domain_source = input_domain(s, data)
     info = PublicInfo(
         input_shape=tuple(data.input_shape), dim=data.dim, n_outputs=data.n_outputs,
         n_classes=data.n_classes, task=data.task, interface=s.interface.kind,
         output=s.interface.output, gradient_of=s.interface.gradient_of, x_pool=pool,
-        input_low=lo, input_high=hi, device=device, dtype=dtype,
+        input_low=lo, input_high=hi, device=device, dtype=dtype, input_domain_source=domain_source,
     )
     truth = Truth(model, data, _first_layer(model, data, device, dtype), record)
     rec = {
@@ -198,6 +196,20 @@ def build_local_victim(s: Any) -> Victim:
     if record.grad_norm is not None:
         rec["optimality_grad_norm"] = record.grad_norm
     return Victim(backend, truth, info, utility, rec)
+
+
+def input_domain(s: Any, data: Dataset) -> tuple[float, float, str]:
+    """(low, high, where it comes from) of the inputs, as the attacker may know them: declared
+    (attacker.input_domain), else documented with the dataset, else the attacker's own pool, else
+    assumed for standardised inputs. Never the training split: that is the defender's secret."""
+    declared = getattr(getattr(s, "attacker", None), "input_domain", None)
+    if declared is not None:
+        return float(declared[0]), float(declared[1]), "declared (attacker.input_domain)"
+    if data.domain is not None:
+        return data.domain[0], data.domain[1], f"documented: {data.domain_note}"
+    if len(data.x_pool):
+        return float(data.x_pool.min()), float(data.x_pool.max()), "the attacker's pool"
+    return -3.0, 3.0, "assumed: ±3 (no documented range, no pool; declare attacker.input_domain)"
 
 
 def _first_layer(model: nn.Module, data: Dataset, device, dtype) -> torch.Tensor | None:

@@ -41,6 +41,7 @@ class PublicInfo:
     input_high: float
     device: torch.device
     dtype: torch.dtype
+    input_domain_source: str = ""  # where input_low/high come from (declared, documented, pool)
 
 
 @dataclass

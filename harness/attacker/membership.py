@@ -76,12 +76,13 @@ class MembershipKnowledge:
         """The narrow handle the attack gets (never the membership bits)."""
         return MembershipAccess(self)
 
-    def __init__(self, s: Any, victim: Any, oracle: Any, attack: str, seed: int):
+    def __init__(self, s: Any, victim: Any, oracle: Any, attack: str, seed: int, secret: int):
         self.s = s
         self.victim = victim
         self.oracle = oracle
         self.attack = attack
         self.seed = seed  # the attack's own seed: its reference models' noise and inits
+        self.secret = secret  # the defender's: canaries and their coins
         self.truth: MembershipTruth | None = None
         self._eval: EvalSet | None = None
 
@@ -162,7 +163,7 @@ class MembershipKnowledge:
 
         d = self.victim.truth.data
         info = self.victim.info
-        rng = np.random.default_rng(seed + 65537)
+        rng = np.random.default_rng([self.secret, seed])  # coins the auditor never sees
         held_x = np.concatenate([d.x_test, d.x_pool]) if len(d.x_pool) else d.x_test
         held_y = np.concatenate([d.y_test, d.y_pool]) if len(d.y_pool) else d.y_test
         m = min(m, len(held_x))

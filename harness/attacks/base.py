@@ -50,6 +50,19 @@ class Params(BaseModel):
 
 
 @dataclass
+class ThreatModel:
+    """What the attacker is declared to know beyond the oracle (the scenario's `attacker:`
+    section, docs/contract.md), and the analysis settings its artifact is scored with."""
+
+    seed: int  # the attacker's own randomness, shared by the run's attacks; never the defender's
+    architecture: Any = None  # the model spec (widths, activations) when known, else None
+    input_domain_source: str = ""  # where PublicInfo.input_low/high come from
+    claimed_privacy: Any = None  # the deployment's stated DP guarantee (audits test it)
+    declared_dp: Any = None  # the DP-SGD settings the defender declares (audits compare with them)
+    rero_eta: list[float] | None = None  # η at which reconstruction success is measured
+
+
+@dataclass
 class RunContext:
     """Per-attack resources: seeded generators, the device, a folder for files, progress."""
 
@@ -59,7 +72,8 @@ class RunContext:
     device: torch.device
     outdir: Path
     progress: Any = None  # callable(desc, total) -> tqdm-like, or None
-    scenario: Any = None  # the validated Scenario (threat-model settings, never the truth)
+    threat: ThreatModel | None = None  # declared attacker knowledge (never the truth)
+    scenario: Any = None  # transitional: attacks read ctx.threat; nothing new may read this
     # informed-adversary knowledge (paper 004 Def. 1): a lazy provider whose `release(T, C)`
     # returns D₋, the recipe and T released models; None for remote victims
     knowledge: Any = None

@@ -68,6 +68,8 @@ def _describe(err: dict[str, Any], source: str) -> str:
     if err["type"] == "missing":
         return f"{source}: {path}: required key is missing"
     msg = err["msg"].removeprefix("Value error, ")
+    if not clean:  # a check across sections: its message names the keys itself
+        return f"{source}: {msg}"
     shown = json.dumps(value) if isinstance(value, str | int | float | bool | None) else None
     got = f" (got {shown})" if shown is not None else ""
     return f"{source}: {path}: {msg}{got}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from typing import Any, Literal
 
@@ -185,6 +186,27 @@ class ReroSpec(Strict):
     eta: list[float] | None = None  # null = dataset defaults (NN-oracle distance)
 
 
+class AttackerSpec(Strict):
+    """What the attacker knows, declared (and reported with the results). Defaults are what a
+    real attacker of the deployment would have."""
+
+    # [low, high] of every input feature in the model's units; null = the dataset's documented
+    # range (digits: pixels 0..16, mapped through the deployed preprocessing), else the pool's
+    input_domain: list[float] | None = None
+    # unlabelled in-distribution points the attacker holds (disjoint from training); null = the
+    # value of victim.data.attacker_pool (where this setting lived before)
+    pool: int | None = Field(default=None, ge=0)
+    knows_architecture: bool = False  # widths and activations given to attacks that can use them
+    seed: int | None = None  # attacker randomness; never derived from the defender's seeds
+
+    @field_validator("input_domain")
+    @classmethod
+    def _domain(cls, v: list[float] | None) -> list[float] | None:
+        if v is not None and (len(v) != 2 or not all(math.isfinite(x) for x in v) or v[0] >= v[1]):
+            raise ValueError("must be [low, high] with finite low < high")
+        return v
+
+
 class Scenario(Strict):
     name: str
     seed: int = 0
@@ -196,6 +218,26 @@ class Scenario(Strict):
     policy: PolicySpec = Field(default_factory=PolicySpec)
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     rero: ReroSpec = Field(default_factory=ReroSpec)
+    attacker: AttackerSpec = Field(default_factory=AttackerSpec)
+
+    @model_validator(mode="after")
+    def _one_pool_setting(self) -> Scenario:
+        data, att = self.victim.data, self.attacker
+        old_set = "attacker_pool" in data.model_fields_set
+        if att.pool is not None:
+            if old_set and data.attacker_pool != att.pool:
+                raise ValueError(f"attacker.pool: {att.pool} disagrees with victim.data.attacker_pool: "
+                                 f"{data.attacker_pool} (the setting moved to attacker.pool: keep "
+                                 "only that one)")
+            data.attacker_pool = att.pool
+        return self
+
+    def notes(self) -> list[str]:
+        """Settings that still work but have moved (printed and reported once per run)."""
+        if "attacker_pool" in self.victim.data.model_fields_set and self.attacker.pool is None:
+            return ["victim.data.attacker_pool has moved to attacker.pool (both work; the old key "
+                    "will be removed in a later release)"]
+        return []
 
     @field_validator("attacks")
     @classmethod

@@ -21,7 +21,8 @@ For untargeted matching on images every point (candidate, training point, non-me
 put back in pixel space (a subtracted data mean added back) and min-max scaled per image (App.
 B.3's scaling), so distances compare like with like. Best-of-many matching with the truth can
 beat the NN oracle by chance (and the App. B.3 vote, averaging several candidates, more so), so
-the untargeted scorer also runs the matching against held-out non-members: `control_reconstructed`.
+the untargeted scorer also runs the matching against as many held-out non-members
+(`control_hits`) and tests members against them (one-sided Fisher exact test, `p_value`).
 """
 
 from __future__ import annotations
@@ -275,8 +276,8 @@ def score_untargeted(art: Any, truth: Any, eta_spec: Any) -> dict[str, float]:
         out.update({f"{prefix}{k}": v for k, v in m.items()})
         recs[prefix] = rec
         if not prefix:
-            out.update(_control(c, nonmem, n_pool, len(xtr), vote, by))
             ok = mse < base
+            out.update(_control(c, nonmem, n_pool, len(xtr), vote, by, int(ok.sum())))
             margins = _margins(truth, data)
             if margins is not None:
                 out["margin_median_all"] = float(margins.median())
@@ -300,23 +301,28 @@ def score_untargeted(art: Any, truth: Any, eta_spec: Any) -> dict[str, float]:
 
 
 def _control(cands: torch.Tensor, nonmem: torch.Tensor, n_pool: int, n: int, vote: Any,
-             by: str) -> dict[str, float]:
-    """The matching run against up to n held-out test points (never training points), each
-    judged against its nearest other non-member: how often best-of-many candidates beat the
-    NN oracle by chance. A reconstruction count at or below this is not evidence."""
+             by: str, hits: int) -> dict[str, float]:
+    """The same matching run against held-out test points (never training points), as many as
+    the members where the test split allows, each judged against its nearest other non-member:
+    how often best-of-many candidates beat the NN oracle by chance. `p_value`: one-sided Fisher
+    exact test that members are rebuilt more often than these non-members."""
+    from scipy.stats import fisher_exact
+
     test = nonmem[n_pool:]
-    k = min(n, len(test) // 2)
-    if k == 0:
+    k = min(n, len(test) if n_pool else len(test) - 1)
+    if k < 1:
         return {}
     targets, rest = test[:k], torch.cat([nonmem[:n_pool], test[k:]])
     base, _ = nn_baseline(targets, rest)
     rec, _ = match_candidates(cands, targets, vote, by)
     if by == "ncc":
         rec = minmax_rows(rec)
-    hits = int((((rec - targets) ** 2).mean(1) < base).sum())
-    lo, hi = clopper_pearson(hits, k)
-    return {"control_targets": float(k), "control_reconstructed": float(hits),
-            "control_rate": hits / k, "control_ci_high": hi}
+    ctrl = int((((rec - targets) ** 2).mean(1) < base).sum())
+    lo, hi = clopper_pearson(ctrl, k)
+    p = float(fisher_exact([[hits, n - hits], [ctrl, k - ctrl]], alternative="greater")[1])
+    return {"control_targets": float(k), "control_reconstructed": float(ctrl),
+            "control_rate": ctrl / k, "control_ci_high": hi, "hits": float(hits),
+            "control_hits": float(ctrl), "p_value": p}
 
 
 def _margins(truth: Any, data: Any) -> torch.Tensor | None:

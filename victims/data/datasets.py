@@ -19,6 +19,9 @@ import numpy as np
 from victims.errors import BadInput
 
 FASHION_DIRS = ("/usr/share/datasets/fashion-mnist", "/usr/share/fashion-mnist")
+# each dataset's documented raw input range (what its documentation promises every record obeys)
+DOCUMENTED_RANGE = {"digits": (0.0, 16.0, "pixels 0..16"), "fashion_mnist": (0.0, 1.0, "pixels 0..255 / 255"),
+                    "idx": (0.0, 1.0, "bytes 0..255 / 255")}
 
 
 @dataclass
@@ -39,6 +42,10 @@ class Dataset:
     # per-feature mean subtracted by `center` / `minmax_center`: scorers add it back to compare
     # and show images in pixel space
     offset: np.ndarray | None = None
+    # the documented input range in the model's units (the raw range, e.g. digits' pixels 0..16,
+    # mapped through the deployed preprocessing): public knowledge, unlike the training split's
+    domain: tuple[float, float] | None = None
+    domain_note: str = ""
 
     @property
     def dim(self) -> int:
@@ -177,7 +184,8 @@ def load_dataset(spec: Any, seed: int) -> Dataset:
                       normalisation="none (N(0, I) inputs)", labels=spec.labels)
         n_classes = 0 if task == "regression" else (2 if task == "binary" else 10)
         return Dataset(name, task, x[tr], y[tr], x[te], y[te], x[pool], y[pool], (d,),
-                       n_classes, record)
+                       n_classes, record, domain=(-4.0, 4.0),
+                       domain_note="±4 standard deviations of the documented N(0, I) inputs")
 
     npz_pool = None
     if name in ("digits", "breast_cancer", "diabetes"):
@@ -263,7 +271,12 @@ def load_dataset(spec: Any, seed: int) -> Dataset:
             record["pool_source"] = "x_pool/y_pool of the .npz"
     x_tr, y_tr, x_te, y_te, x_pl, y_pl = parts
 
-    x_tr, x_te, x_pl, norm = _normalise(x_tr, x_te, x_pl, spec.standardize)
+    documented = DOCUMENTED_RANGE.get(name)
+    rows = (np.array([[documented[0]], [documented[1]]]) * np.ones((1, x_tr.shape[1]))
+            if documented else np.zeros((0, x_tr.shape[1])))
+    x_tr, x_te, x_ext, norm = _normalise(x_tr, x_te, np.concatenate([x_pl, rows]), spec.standardize)
+    x_pl, rows = x_ext[: len(x_pl)], x_ext[len(x_pl):]  # the documented box, preprocessed as inputs are
+    domain = (float(rows.min()), float(rows.max())) if len(rows) else None
     offset = norm.pop("_offset", None)
     if task == "regression":
         mu, sd = float(y_tr.mean()), float(y_tr.std() or 1.0)
@@ -274,8 +287,9 @@ def load_dataset(spec: Any, seed: int) -> Dataset:
         split={"train": len(x_tr), "test": len(x_te), "pool": len(x_pl), "seed": seed},
         normalisation=norm, task=task,
     )
+    note = f"{name} {documented[2]}, preprocessed as the inputs are" if documented else ""
     return Dataset(name, task, x_tr, y_tr, x_te, y_te, x_pl, y_pl, tuple(shape), n_classes,
-                   record, offset)
+                   record, offset, domain, note)
 
 
 def _normalise(x_tr, x_te, x_pl, how: str):

@@ -20,7 +20,7 @@ from victims.http.client import (
     display_url,
     template_has,
 )
-from victims.local import build_local_victim
+from victims.local import build_local_victim, input_domain
 from victims.victim import PublicInfo, Truth, Victim, resolve_device
 
 
@@ -73,8 +73,7 @@ def _public_shape(s: Any) -> dict[str, Any]:
         data = load_dataset(s.victim.data, s.seed)
         out.update(dim=data.dim, task=data.task, n_classes=data.n_classes, n_outputs=data.n_outputs,
                    pool=data.x_pool, shape=tuple(data.input_shape), data=data)
-        both = np.concatenate([data.x_train, data.x_pool]) if len(data.x_pool) else data.x_train
-        out["low"], out["high"] = float(both.min()), float(both.max())
+        out["low"], out["high"], out["domain_source"] = input_domain(s, data)
         if ep.input_dim is not None and ep.input_dim != data.dim:
             raise BadInput(f"victim.endpoint.input_dim: {ep.input_dim} disagrees with the dataset's "
                            f"dimension {data.dim}")
@@ -85,6 +84,10 @@ def _public_shape(s: Any) -> dict[str, Any]:
     task = s.victim.data.task
     out.update(dim=ep.input_dim, task=task, n_outputs=ep.n_outputs, n_classes=None,
                shape=(ep.input_dim,))
+    declared = getattr(getattr(s, "attacker", None), "input_domain", None)
+    if declared is not None:
+        out.update(low=float(declared[0]), high=float(declared[1]),
+                   domain_source="declared (attacker.input_domain)")
     return out
 
 
@@ -120,6 +123,7 @@ def build_remote_victim(s: Any) -> Victim:
         input_low=pub["low"] if pub["low"] is not None else -3.0,
         input_high=pub["high"] if pub["high"] is not None else 3.0,
         device=device, dtype=torch.float64,
+        input_domain_source=pub.get("domain_source", "assumed: ±3 (declare attacker.input_domain)"),
     )
     record: dict[str, Any] = {
         "endpoint": {"url": where, "protocol": ep.protocol, "max_batch": ep.max_batch,

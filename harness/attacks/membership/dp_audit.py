@@ -83,9 +83,8 @@ class DpAudit(Attack):
 
     def run(self, oracle, params: AuditParams, ctx) -> Artifact:
         kn = knowledge(ctx)
-        s = ctx.scenario
-        claim = s.victim.claimed_privacy if s is not None else None
-        dp = s.defenses.dp_sgd if s is not None else None
+        claim = ctx.threat.claimed_privacy if ctx.threat is not None else None
+        dp = ctx.threat.declared_dp if ctx.threat is not None else None
         delta = params.delta if params.delta is not None else (
             claim.delta if claim is not None else dp.delta if dp is not None else DEFAULT_DELTA)
         notes: list[str] = []

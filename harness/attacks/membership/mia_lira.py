@@ -107,7 +107,7 @@ class MiaLira(Attack):
         if n == 0:
             raise AttackFailed("the query budget cannot pay for one evaluation point")
         target = target_phi(oracle, kn, ev.x[:n], ev.y[:n], shifts)
-        seed = ctx.scenario.seed * 1009 + 13 if ctx.scenario else ctx.seed
+        seed = ctx.threat.seed * 1009 + 13 if ctx.threat else ctx.seed  # shared by the run
         notes, metrics, curves = [], {"shadows": float(params.shadows)}, {}
         online = offline = None
         try:

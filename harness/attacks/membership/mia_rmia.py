@@ -118,7 +118,7 @@ class MiaRmia(Attack):
             raise AttackFailed("the query budget cannot pay for one evaluation point")
         task = oracle.info.task
         p_t = prob_true(target_phi(oracle, kn, ev.x[:n], ev.y[:n])[:, 0])
-        seed = ctx.scenario.seed * 1009 + 13 if ctx.scenario else ctx.seed
+        seed = ctx.threat.seed * 1009 + 13 if ctx.threat else ctx.seed  # shared by the run
         design = "halves" if params.mode == "online" else offline_design(len(ev.x_pool), params.references)
         try:
             refs = shared_reference_set(kn, ev, params.references, design,

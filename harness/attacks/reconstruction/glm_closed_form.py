@@ -110,7 +110,7 @@ class GLMClosedForm(Attack):
         x_hat = torch.stack(xs).cpu()
         art = Artifact("reconstruction", data={
             "x_hat": x_hat, "y_hat": torch.stack(ys).cpu(), "y_kind": task,
-            "outdir": ctx.outdir, "eta_spec": ctx.scenario.rero.eta if ctx.scenario else None},
+            "outdir": ctx.outdir, "eta_spec": ctx.threat.rero_eta if ctx.threat else None},
             metrics={"released_models": float(t), "n_minus": float(len(rel.x_minus))},
             notes=rel.notes + ([] if rel.recipe.training.optimizer == "lbfgs" else [
                 "the recipe is not L-BFGS: θ may be far from the ERM optimum"]))

@@ -45,6 +45,8 @@ from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
 from harness.errors import AttackFailed
 
+SIGNIFICANCE = 0.01  # a `high` needs members beating non-members at this level
+
 
 class KKTParams(Params):
     m: int = 40  # candidates (≥ 2n for an upper bound n of the training set), half per label
@@ -137,7 +139,7 @@ class KKT(Attack):
         return super().skip_reason(info)
 
     def run(self, oracle, params: KKTParams, ctx) -> Artifact:
-        spec = getattr(getattr(ctx.scenario, "victim", None), "model", None)
+        spec = ctx.threat.architecture if ctx.threat else None  # a release shows its architecture
         if spec is not None:
             acts = spec.activation if isinstance(spec.activation, list) else [spec.activation]
             if spec.arch == "cnn" or any(a != "relu" for a in acts):
@@ -208,7 +210,7 @@ class KKT(Attack):
         art = Artifact("reconstruction", data={
             "candidates": cands.cpu(), "baseline_candidates": rows.cpu(), "vote": None,
             "lambda": (scale[:, None] * mu).detach()[keep].reshape(-1)[finite].cpu(),
-            "outdir": ctx.outdir, "eta_spec": ctx.scenario.rero.eta if ctx.scenario else None,
+            "outdir": ctx.outdir, "eta_spec": ctx.threat.rero_eta if ctx.threat else None,
             "curves": {"kkt_residual": curve}}, metrics=metrics)
         art.progress = f"{done} of {params.steps} steps, {len(cands)} candidates"
         if len(cands) == 0:
@@ -233,18 +235,21 @@ class KKT(Attack):
         return s
 
     def judge(self, m, artifact):
-        if "success_rate" not in m:
-            return "medium", f"{int(m.get('candidates', 0))} candidate training points produced"
-        k, n = int(m["reconstructed"]), int(m["targets"])
+        """high: members rebuilt more often than equally many held-out non-members (one-sided
+        Fisher exact test, p < 0.01) and more than the first-layer-row baseline; medium: more
+        hits than the control without that evidence; low: no more than chance."""
+        if "p_value" not in m:
+            return "medium", (f"{int(m.get('candidates', 0))} candidates produced; no held-out "
+                              "non-members to test them against")
+        k, n = int(m["hits"]), int(m["targets"])
+        c, nc, p = int(m["control_hits"]), int(m["control_targets"]), m["p_value"]
         wk = int(m.get("weights_reconstructed", 0))
-        ck = int(m.get("control_reconstructed", 0))
-        if 0 < k <= ck:
-            return "medium", (f"{k} of {n} training points matched closer than any non-member, but "
-                              f"the same matching also 'rebuilt' {ck} held-out non-members: "
-                              "not evidence of leakage")
-        if k > 0:
-            return "high", (f"{k} of {n} training points rebuilt from the released weights "
-                            f"(closer than any non-member; first-layer rows: {wk}; the same "
-                            f"matching on held-out non-members: {ck})")
-        return "low", (f"no training point rebuilt closer than its nearest non-member "
-                       f"(SSIM {m.get('ssim_mean', float('nan')):.2f}; first-layer rows: {wk})")
+        beats = m.get("beats_weight_rows", 1.0) > 0
+        counts = (f"{k}/{n} training points vs {c}/{nc} held-out non-members rebuilt "
+                  f"(one-sided Fisher p = {p:.2g}; first-layer rows: {wk})")
+        if p < SIGNIFICANCE and beats:
+            return "high", f"training points rebuilt from the released weights: {counts}"
+        if k > c:
+            why = "not significant at 0.01" if p >= SIGNIFICANCE else "no better than the weight rows"
+            return "medium", f"more members than non-members rebuilt, but {why}: {counts}"
+        return "low", f"no more training points rebuilt than chance matching gives: {counts}"

@@ -216,7 +216,7 @@ class Reconn(Attack):
                    "n_minus": float(len(rel.x_minus))}
         art = Artifact("reconstruction", data={
             "x_hat": x_hat.cpu(), "outdir": ctx.outdir, "curves": {"reconn_loss": curve},
-            "eta_spec": ctx.scenario.rero.eta if ctx.scenario else None},
+            "eta_spec": ctx.threat.rero_eta if ctx.threat else None},
             metrics=metrics, notes=rel.notes + [f"features: {feats}",
                                                 f"{done} shadows in {shadow_s:.1f} s"]
                        + ([f"outputs decoded to parameters (ridge {params.ridge:g})"]

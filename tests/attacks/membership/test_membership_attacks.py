@@ -96,7 +96,7 @@ def test_the_attacker_never_sees_membership(tmp_path):
 
     s, v, _ = _recipe()
     o = Oracle(v.backend, v.info, OutputDefenses(), None)
-    provider = MembershipKnowledge(s, v, o, "x", 0)
+    provider = MembershipKnowledge(s, v, o, "x", 0, 1)
     kn = MembershipAccess(provider)
     assert not any(hasattr(kn, a) for a in ("truth", "victim", "oracle", "s"))
     ev = kn.eval_set()

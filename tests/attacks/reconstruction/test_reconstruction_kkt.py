@@ -64,7 +64,8 @@ def test_untargeted_scorer_against_truth(tmp_path):
 def test_control_exposes_best_of_many_matching_that_carries_no_information():
     """Candidates drawn from the attacker's own pool know nothing of the training set: averaged
     by App. B.3's vote they still 'beat' the nearest non-member for some training points, and
-    the held-out control shows the same rate, so the verdict is not high."""
+    the held-out control (as many non-members) shows a like rate, and the exact test finds no
+    evidence, so the verdict is never high."""
     from harness.attacks.reconstruction.kkt import KKT
 
     v = build_victim(_binary_whitebox())
@@ -76,8 +77,12 @@ def test_control_exposes_best_of_many_matching_that_carries_no_information():
     assert voted["reconstructed"] >= 1 and voted["control_reconstructed"] >= 1
     assert voted["control_targets"] == 20
     risk, why = KKT().judge(voted, None)
-    no_evidence = voted["reconstructed"] <= voted["control_reconstructed"]
-    assert risk == ("medium" if no_evidence else "high") and "held-out" in why
+    assert voted["hits"] == voted["reconstructed"] and voted["control_hits"] >= 1
+    assert voted["p_value"] >= 0.01 and risk != "high" and "held-out" in why
+    from scipy.stats import hypergeom  # the one-sided Fisher test, recomputed by hand
+
+    k, c = int(voted["hits"]), int(voted["control_hits"])
+    assert voted["p_value"] == pytest.approx(hypergeom.sf(k - 1, 40, k + c, 20), rel=1e-9)
     single = score_untargeted(Artifact("reconstruction", data={"candidates": pool}), v.truth, None)
     assert single["reconstructed"] == 0 and single["control_reconstructed"] == 0
 
@@ -127,3 +132,21 @@ def test_circle_toy_points_recovered_like_paper_fig2(tmp_path):
     with np.load(root / "scenarios" / "data" / "circle20.npz") as z:
         pts = z["x_train"]
     assert np.allclose(np.linalg.norm(pts, axis=1), 1.0, atol=1e-9) and len(pts) == 20
+
+
+@pytest.mark.parametrize("hits, ctrl, beats, risk", [
+    (2, 1, 1.0, "medium"),    # digits on main before: 2/20 vs 1/20 read "high"; chance gives it
+    (0, 0, 1.0, "low"),
+    (3, 5, 1.0, "low"),
+    (20, 12, 1.0, "high"),    # p ≈ 0.002 against as many non-members
+    (20, 12, 0.0, "medium"),  # significant, but the first-layer rows do as well
+])
+def test_kkt_high_needs_an_exact_test_against_as_many_non_members(hits, ctrl, beats, risk):
+    from scipy.stats import fisher_exact
+
+    from harness.attacks.reconstruction.kkt import KKT
+
+    p = fisher_exact([[hits, 20 - hits], [ctrl, 20 - ctrl]], alternative="greater")[1]
+    m = {"hits": hits, "targets": 20, "control_hits": ctrl, "control_targets": 20, "p_value": p,
+         "beats_weight_rows": beats, "weights_reconstructed": 0}
+    assert KKT().judge(m, None)[0] == risk
