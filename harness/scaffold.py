@@ -62,8 +62,7 @@ def relative_to(path: str, folder: Path) -> str:
 def data_section(data: str, folder: Path) -> tuple[list[str], list[str]]:
     """(YAML lines of victim.data, notes for the user) for a data set name, .npz file or IDX folder."""
     if data in DATASETS:
-        extra = [_c("    n_train: 1000", "training records (the rest: test and attacker pool)"),
-                 _c("    attacker_pool: 200", "records the attacker holds, disjoint from training")]
+        extra = [_c("    n_train: 1000", "training records (the rest: test and the attacker's pool)")]
         if data == "fashion_mnist":
             extra.append("    # needs the Debian package: apt-get install dataset-fashion-mnist")
         return [f"    dataset: {data}"] + extra, []
@@ -71,15 +70,13 @@ def data_section(data: str, folder: Path) -> tuple[list[str], list[str]]:
     if p.is_dir():
         return [_c("    dataset: idx", "a folder of (gzipped) IDX files, as MNIST ships"),
                 f"    path: {_q(relative_to(data, folder))}",
-                "    n_train: 1000",
-                "    attacker_pool: 200"], []
+                "    n_train: 1000"], []
     if p.suffix == ".npz" and p.is_file():
         task, notes = _npz_task(p)
         return [_c("    dataset: npz", "arrays x_train, y_train, x_test, y_test"),
                 f"    path: {_q(relative_to(data, folder))}",
                 _c(f"    task: {task}", "inferred from y_train; multiclass | binary | regression"),
-                _c("    n_train: null", "null: every training record"),
-                "    attacker_pool: 200"], notes
+                _c("    n_train: null", "null: every training record")], notes
     raise BadInput(f"--data: {data} is neither a bundled data set ({', '.join(DATASETS)}), an existing .npz "
                    "file nor a folder of IDX files")
 
@@ -112,7 +109,8 @@ def model_section(model: str | None, folder: Path) -> tuple[list[str], list[str]
     p = Path(model)
     if not p.is_file():
         raise BadInput(f"--model: {model}: no such file")
-    lines = [_c("  model:", "your model, loaded as it is (never retrained)"),
+    lines = [_c("  # claimed_privacy: {epsilon: 1.0, delta: 1.0e-5}", "its DP claim, if any: audited"),
+             _c("  model:", "your model, loaded as it is (never retrained)"),
              "    arch: file",
              f"    path: {_q(relative_to(model, folder))}",
              _c("    format: auto", "auto never runs code from the file")]
@@ -181,6 +179,9 @@ def scenario_text(a: Answers, folder: Path) -> str:
         *mlines,
         "  data:",
         *dlines,
+        _c("attacker:", "what the attacker knows, reported with the results"),
+        _c("  pool: 200", "in-distribution records it holds, disjoint from training"),
+        _c("  knows_architecture: false", "true: widths and activations are public"),
         _c("interface:", "what a user of the deployment can ask"),
         _c(f"  kind: {a.interface}", "prediction | gradient | smoothgrad | whitebox"),
         _c(f"  output: {a.output}", "label | probabilities | logits"),

@@ -28,7 +28,8 @@ def test_flags_give_a_commented_scenario_that_validates(tmp_path, monkeypatch):
     assert sum(ln.lstrip().startswith("#") or " # " in ln for ln in text.splitlines()) >= 15  # commented
     assert "gradient_exact" in text and "span_threshold" not in text  # the attacks this interface allows
     assert len(plan_attacks(s)) >= 1
-    assert leakmeter("validate", "digits.yaml").exit_code == 0
+    valid = leakmeter("validate", "digits.yaml")
+    assert valid.exit_code == 0 and "note:" not in valid.output + valid.stderr  # no deprecated keys
     again = leakmeter("init", "--data", "digits", "--no-ask")
     assert again.exit_code == 2 and "exists; pass --force" in again.stderr
 
