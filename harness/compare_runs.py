@@ -99,8 +99,9 @@ def _varying(params: list[dict[str, str]]) -> list[str]:
     for k in vary:
         groups.setdefault(k.rsplit(".", 1)[0] if "." in k else k, []).append(k)
     out = []
-    for ks in groups.values():
-        moving = [k for k in ks if len({parse_value(p[k]) if k in p else None for p in params if k in p}) > 1]
+    for ks in groups.values():  # values compared as canonical JSON: a list (hidden: [64]) is a value too
+        moving = [k for k in ks if len({json.dumps(parse_value(p[k]), sort_keys=True, default=str)
+                                        for p in params if k in p}) > 1]
         out += moving or [next((k for k in ks if k.endswith("epsilon")), ks[0])]
     return out
 

@@ -32,11 +32,13 @@ from harness.attacks.base import Artifact, Attack, RunContext, ThreatModel
 from harness.errors import AttackFailed, AttackSkipped, BadInput, InterfaceError
 from harness.interrupts import Interrupted, deferred
 from harness.oracle import OFFERS, Oracle
+from harness.output import WarningsCapture, prune_empty
 from harness.rero.product import rero_section
 from harness.scenario import Scenario, flatten
 from harness.scoring import score
 from reports import render
 from reports.html import write_html
+from reports.metadata import run_metadata
 from reports.tracking import Tracker, TrackingUnavailable, probe_server
 from reports.verdict import reaches, status_of, verdict
 from victims.build import build_victim
@@ -108,11 +110,16 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
     for note in s.notes():
         print(f"leakmeter: note: {note}", file=sys.stderr)
     tracker = open_tracker(s, tracking_uri)
-    if victim is None:
-        victim = build_victim(s)
-        _stage(f"{s.name}: victim ready ({_utility_line(victim)})")
-    if victim.info.interface not in OFFERS:
-        raise BadInput(f"interface.kind: {victim.info.interface} is not supported")
+    caught = WarningsCapture().start()  # third-party warnings go to the report, not the terminal
+    try:
+        if victim is None:
+            victim = build_victim(s)
+            _stage(f"{s.name}: victim ready ({_utility_line(victim)})")
+        if victim.info.interface not in OFFERS:
+            raise BadInput(f"interface.kind: {victim.info.interface} is not supported")
+    except BaseException:
+        caught.stop()
+        raise
     oracle = Oracle(victim.backend, victim.info, OutputDefenses.from_spec(s.defenses),
                     s.defenses.query_budget, s.seed)
     report = _new_report(s, victim, oracle, started)
@@ -143,10 +150,15 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
         with deferred():
             _judge(report, s, oracle)
             report["duration_s"] = round(time.perf_counter() - t0, 3)
+            for k, v in run_metadata(started, victim.info.device,
+                                     source or yaml.safe_dump(s.public_dump(), sort_keys=False)).items():
+                report.setdefault(k, v)  # leakmeter_version, device, scenario_sha256
+            report["warnings"] = caught.stop()
             SECRETS.scrub_in_place(report)  # nothing secret reaches a report file, MLflow or stdout
             crashed = report.get("error") or any(a["status"] == "error" for a in report["attacks"])
             status = "KILLED" if stop else ("FAILED" if crashed else "FINISHED")
             _finish(report, s, tracker, parent, outdir, json_path, status)
+            prune_empty(outdir)  # attack folders nothing was written to
     if stop is not None:
         stop.report = report
         raise stop
@@ -416,7 +428,9 @@ def _log_attack(tracker: Tracker, run_id: str | None, entry: dict[str, Any],
                 art: Artifact | None) -> None:
     """Params, metrics, tags, files and curves of one attack's nested run."""
     tracker.params(run_id, {f"params.{k}": v for k, v in flatten(entry["params"]).items()})
-    tracker.metrics(run_id, {**entry["metrics"], "wall_s": entry["wall_s"]})
+    curves = art.data.get("curves", {}) if art else {}
+    tracker.metrics(run_id, {k: v for k, v in {**entry["metrics"], "wall_s": entry["wall_s"]}.items()
+                             if k not in curves})  # a curve's own points carry its final value
     tracker.tags(run_id, {"status": entry["status"], "stopped_by": entry.get("stopped_by") or "",
                           "risk": entry.get("risk") or "", "reason": entry.get("reason", "")})
     for f in (art.files.values() if art else []):

@@ -30,6 +30,9 @@ def _defaults() -> None:
     for var in _VARS:
         os.environ.setdefault(var, n)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    # MLflow draws a download bar for every artifact it fetches (baselines, compared reports):
+    # noise in cron logs and CI output
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     os.environ.setdefault("DO_NOT_TRACK", "true")
 
 

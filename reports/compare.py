@@ -125,6 +125,7 @@ def _cell(settings: dict[str, Any], runs: list[dict[str, Any]], fail_on: str) ->
         metric = next((key_metric(a.get("metrics") or {}) for a in ran if key_metric(a.get("metrics") or {})),
                       None)
         attacks[name] = {
+            "family": entries[0].get("family"),
             "status": "ok" if ran else entries[0].get("status"),
             "metric": metric,
             "value": _mean([(a.get("metrics") or {}).get(metric) for a in ran]) if metric else None,

@@ -36,6 +36,23 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def _cell(v: Any) -> str:
+    """A table cell: "—" for a missing value (never "None"), numbers to 4 significant digits."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "—"
+    return _fmt(v).replace("|", "\\|")
+
+
+def _flags(row: dict[str, Any]) -> str:
+    """The bound's flags in words: tightest, approx. (not rigorous), vacuous, VIOLATED."""
+    flags = [name for key, name in (("tightest", "tightest"), ("vacuous", "vacuous")) if row.get(key)]
+    if row.get("rigorous") is False:
+        flags.append("approx.")
+    if row.get("violation"):
+        flags.append("VIOLATED")
+    return ", ".join(flags) or "—"
+
+
 def to_markdown(report: dict[str, Any]) -> str:
     """A human-readable summary: verdict first, then victim, privacy, bounds and attacks."""
     v = str(report.get("verdict") or "error")
@@ -43,16 +60,21 @@ def to_markdown(report: dict[str, Any]) -> str:
         f"# leakmeter report: {report.get('scenario')}",
         "",
         f"**Verdict: {v.upper()}** (worst scored risk: {report.get('risk') or 'none'}; "
-        f"the policy fails at {report.get('policy', {}).get('fail_on', 'high')})",
+        f"the policy fails at {(report.get('policy') or {}).get('fail_on', 'high')})",
         "",
     ]
     if report.get("verdict_reason"):
         lines += [str(report["verdict_reason"]), ""]
     if report.get("interrupted"):
         lines += [f"**Interrupted by {report['interrupted']}:** the results below are partial.", ""]
+    shown = (("leakmeter_version", "leakmeter"), ("started_at", "started"), ("duration_s", "took (s)"),
+             ("device", "device"))
+    run = [f"{label} {report[k]}" for k, label in shown if report.get(k) is not None]
+    if run:
+        lines += ["; ".join(run), ""]
     if report.get("error"):
         lines += [f"**The run crashed:** {report['error']}", ""]
-    vic = report.get("victim", {})
+    vic = report.get("victim") or {}
     lines += ["## Victim", ""]
     for k, val in vic.items():
         if not isinstance(val, dict | list):
@@ -63,31 +85,39 @@ def to_markdown(report: dict[str, Any]) -> str:
     lines += ["", "## Privacy accounting", ""]
     if priv:
         lines.append(
-            f"DP-SGD: ε = {_fmt(priv['epsilon'])} at δ = {priv['delta']} "
-            f"({priv['accountant']} accountant, σ = {_fmt(priv['noise_multiplier'])}, "
-            f"q = {_fmt(priv['sample_rate'])}, {priv['steps']} steps)"
+            f"DP-SGD: ε = {_cell(priv.get('epsilon'))} at δ = {_cell(priv.get('delta'))} "
+            f"({_cell(priv.get('accountant'))} accountant, σ = {_cell(priv.get('noise_multiplier'))}, "
+            f"q = {_cell(priv.get('sample_rate'))}, {_cell(priv.get('steps'))} steps)"
         )
     else:
         lines.append("No DP-SGD: no formal guarantee bounds reconstruction (γ = 1).")
     if report.get("rero"):
-        lines += ["", "## ReRo bounds", "", "| prior | η | κ | γ | bound |", "|---|---|---|---|---|"]
+        lines += ["", "## ReRo bounds", "",
+                  "γ bounds any reconstruction attack's success; *tightest* marks the bound the report "
+                  "quotes, *approx.* one that is not a rigorous upper bound.", "",
+                  "| prior | η | κ | γ | bound | flags |", "|---|---|---|---|---|---|"]
         for r in report["rero"]:
-            lines.append(f"| {r.get('prior')} | {_fmt(r.get('eta'))} | {_fmt(r.get('kappa'))} | "
-                         f"{_fmt(r.get('gamma'))} | {r.get('bound', '')} |")
+            lines.append(f"| {_cell(r.get('prior_desc') or r.get('prior'))} | {_cell(r.get('eta'))} | "
+                         f"{_cell(r.get('kappa'))} | {_cell(r.get('gamma'))} | {_cell(r.get('bound'))} | "
+                         f"{_flags(r)} |")
     lines += ["", "## Attacks", "",
               "| attack | family | status | stopped by | risk | queries | wall s | why |",
               "|---|---|---|---|---|---|---|---|"]
     for a in report.get("attacks", []):
         lines.append(
-            f"| {a['name']} | {a.get('family', '')} | {a['status']} | {a.get('stopped_by') or '-'} | "
-            f"{a.get('risk') or '-'} | {a.get('queries', 0)} | {_fmt(a.get('wall_s', 0.0))} | "
-            f"{a.get('reason', '')} |"
+            f"| {a.get('name')} | {a.get('family', '')} | {a.get('status') or '?'} | "
+            f"{a.get('stopped_by') or '-'} | {a.get('risk') or '-'} | {a.get('queries', 0)} | "
+            f"{_fmt(a.get('wall_s', 0.0))} | {a.get('reason', '')} |"
         )
     for a in report.get("attacks", []):
         if a.get("metrics"):
-            lines += ["", f"### {a['name']}", ""]
+            lines += ["", f"### {a.get('name')}", ""]
             if a.get("progress"):
                 lines.append(f"Progress: {a['progress']}.")
             lines += [f"- {k}: {_fmt(val)}" for k, val in sorted(a["metrics"].items())]
             lines += [f"- note: {n}" for n in a.get("notes", [])]
+    if report.get("warnings"):
+        lines += ["", "## Warnings raised during the run", ""]
+        lines += [f"- {w.get('category')}: {w.get('message')} ({w.get('source')}, ×{w.get('count')})"
+                  for w in report["warnings"] if isinstance(w, dict)]
     return "\n".join(lines) + "\n"

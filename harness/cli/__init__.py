@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from harness.cli.bound import bound
+from harness.cli.init import init
 from harness.cli.run import attacks, run, validate
 from harness.cli.scan import scan
 from harness.cli.serve import serve
@@ -24,7 +25,7 @@ def main() -> None:
     install_stream_scrubbing()  # every line printed passes the secrets scrubber
 
 
-for _command in (run, validate, attacks, bound, serve, scan, sweep, compare):
+for _command in (run, validate, attacks, bound, serve, scan, sweep, compare, init):
     main.add_command(_command)
 
 if __name__ == "__main__":

@@ -19,6 +19,42 @@ SET = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
                    help="Override a scenario key by dotted path, e.g. defenses.dp_sgd.epsilon=4.")
 
 
+def ci_outputs(fn):
+    """--sarif PATH and --junit PATH: the findings for code scanning and CI test reports."""
+    fn = click.option("--junit", "junit_path", type=click.Path(dir_okay=False),
+                      help="Write JUnit XML here (one test case per attack).")(fn)
+    return click.option("--sarif", "sarif_path", type=click.Path(dir_okay=False),
+                        help="Write SARIF 2.1.0 here (code scanning: one result per finding).")(fn)
+
+
+def check_output_paths(**paths) -> None:
+    """BadInput, before anything runs, when an output file's folder does not exist."""
+    from pathlib import Path
+
+    from harness.errors import BadInput
+
+    for flag, path in paths.items():
+        if path and not Path(path).resolve().parent.is_dir():
+            raise BadInput(f"--{flag}: folder {Path(path).resolve().parent} does not exist")
+
+
+def write_ci_outputs(sarif_path, junit_path, reports, scenario_path, scenario=None, sweep_cells=None,
+                     crashed=()) -> None:
+    """Write the SARIF and JUnit files asked for. `reports` is [(cell label or None, report)];
+    `crashed` is [(cell label, error)] for sweep cells that left no report."""
+    if sarif_path:
+        from reports.sarif import write_sarif
+
+        write_sarif(sarif_path, reports, scenario_path, scenario, sweep_cells)
+        click.echo(f"sarif: {sarif_path}")
+    if junit_path:
+        from reports.junit import crashed_suite, write_junit
+
+        name = (reports[0][1].get("scenario") if reports else None) or "scenario"
+        write_junit(junit_path, reports, [crashed_suite(label, name, err) for label, err in crashed])
+        click.echo(f"junit: {junit_path}")
+
+
 def _fail(msg: str, code: int) -> None:
     from victims.http.secrets import scrub
 

@@ -6,7 +6,17 @@ import sys
 
 import click
 
-from harness.cli.common import SET, THREADS, TRUST, apply_trust, guarded, print_summary
+from harness.cli.common import (
+    SET,
+    THREADS,
+    TRUST,
+    apply_trust,
+    check_output_paths,
+    ci_outputs,
+    guarded,
+    print_summary,
+    write_ci_outputs,
+)
 from harness.threads import pin_threads
 
 
@@ -17,28 +27,34 @@ from harness.threads import pin_threads
 @click.option("--out", type=click.Path(file_okay=False), help="Folder for report files and plots.")
 @click.option("--tracking-uri", help="MLflow tracking URI (default: sqlite:///mlflow.db here).")
 @click.option("--no-tracking", is_flag=True, help="Do not log to MLflow.")
+@ci_outputs
 @TRUST
 @THREADS
 @guarded
-def run(scenario, overrides, json_path, out, tracking_uri, no_tracking, trust_model_code, threads) -> None:
+def run(scenario, overrides, json_path, out, tracking_uri, no_tracking, sarif_path, junit_path,
+        trust_model_code, threads) -> None:
     """Run every attack the SCENARIO's deployment allows and print the verdict."""
     pin_threads(threads)
     apply_trust(trust_model_code)
     from pathlib import Path
 
-    from harness.errors import BadInput
+    from harness.interrupts import Interrupted
     from harness.runner import run_scenario
     from harness.scenario import load_scenario
     from reports.verdict import exit_code
 
-    if json_path and not Path(json_path).resolve().parent.is_dir():
-        raise BadInput(f"--json: folder {Path(json_path).resolve().parent} does not exist")
+    check_output_paths(json=json_path, sarif=sarif_path, junit=junit_path)
     s = load_scenario(scenario, list(overrides))
     if no_tracking:
         s.tracking.enabled = False
-    report = run_scenario(s, tracking_uri=tracking_uri, out=out, json_path=json_path,
-                          source=Path(scenario).read_text())
+    try:
+        report = run_scenario(s, tracking_uri=tracking_uri, out=out, json_path=json_path,
+                              source=Path(scenario).read_text())
+    except Interrupted as exc:  # the partial report reaches CI too
+        write_ci_outputs(sarif_path, junit_path, [(None, exc.report)], scenario, s.public_dump())
+        raise
     print_summary(report)
+    write_ci_outputs(sarif_path, junit_path, [(None, report)], scenario, s.public_dump())
     sys.exit(exit_code(report))
 
 
@@ -56,8 +72,23 @@ def validate(scenario, overrides, trust_model_code) -> None:
 
     s = load_scenario(scenario, list(overrides))
     plan = plan_attacks(s)
+    _files_exist(s)
     click.echo(f"{scenario}: valid ({s.name}; interface {s.interface.kind}/{s.interface.output}; "
                f"{len(plan)} attack(s) planned)")
+
+
+def _files_exist(s) -> None:
+    """BadInput when a file or folder the scenario names (resolved from its own folder) does not
+    exist: `validate` must not call a scenario valid that `run` cannot start."""
+    from pathlib import Path
+
+    from harness.errors import BadInput
+
+    m, d = s.victim.model, s.victim.data
+    for key, path, folder in (("victim.model.path", m.path, False),
+                              ("victim.data.path", d.path, d.dataset == "idx")):
+        if path and not (Path(path).is_dir() if folder else Path(path).is_file()):
+            raise BadInput(f"{key}: {path}: no such {'folder' if folder else 'file'}")
 
 
 @click.command()

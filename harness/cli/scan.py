@@ -7,7 +7,18 @@ import sys
 
 import click
 
-from harness.cli.common import SET, THREADS, TRUST, apply_trust, guarded, print_attacks, print_verdict
+from harness.cli.common import (
+    SET,
+    THREADS,
+    TRUST,
+    apply_trust,
+    check_output_paths,
+    ci_outputs,
+    guarded,
+    print_attacks,
+    print_verdict,
+    write_ci_outputs,
+)
 from harness.threads import pin_threads
 
 
@@ -24,11 +35,12 @@ from harness.threads import pin_threads
 @click.option("--verbose", is_flag=True, help="Print every compared metric, not only changes.")
 @click.option("--fail-on-verdict", is_flag=True,
               help="Also exit 1 when the verdict is fail (not only on a regression).")
+@ci_outputs
 @TRUST
 @THREADS
 @guarded
 def scan(scenario, overrides, baseline, tolerances, json_path, out, tracking_uri, verbose,
-         fail_on_verdict, trust_model_code, threads):
+         fail_on_verdict, sarif_path, junit_path, trust_model_code, threads):
     """Scan the SCENARIO's endpoint and compare with a baseline run: exit 1 on a regression."""
     pin_threads(threads)
     apply_trust(trust_model_code)
@@ -37,6 +49,7 @@ def scan(scenario, overrides, baseline, tolerances, json_path, out, tracking_uri
     from harness.scan import format_diff, parse_tolerances, run_scan
     from harness.scenario import load_scenario
 
+    check_output_paths(json=json_path, sarif=sarif_path, junit=junit_path)
     tol = parse_tolerances(tolerances)
     s = load_scenario(scenario, list(overrides))
     res = run_scan(s, baseline=baseline, tolerance=tol, tracking_uri=tracking_uri, out=out,
@@ -60,6 +73,7 @@ def scan(scenario, overrides, baseline, tolerances, json_path, out, tracking_uri
                    else "no regression")
     print_verdict(report)
     click.echo(f"report: {report.get('outdir')}/report.json; mlflow run: {report.get('mlflow_run_id')}")
+    write_ci_outputs(sarif_path, junit_path, [(None, report)], scenario, s.public_dump())
     code = res["exit"]
     if fail_on_verdict and code == 0 and report.get("verdict") == "fail":
         code = 1

@@ -13,7 +13,15 @@ from pathlib import Path
 
 import click
 
-from harness.cli.common import THREADS, TRUST, apply_trust, guarded
+from harness.cli.common import (
+    THREADS,
+    TRUST,
+    apply_trust,
+    check_output_paths,
+    ci_outputs,
+    guarded,
+    write_ci_outputs,
+)
 from harness.compare_runs import gather_experiment, gather_sweep, run_compare
 from harness.errors import BadInput
 from harness.threads import pin_threads
@@ -37,17 +45,19 @@ from harness.threads import pin_threads
               help="MLflow tracking URI (default: the scenario's, or sqlite:///mlflow.db here).")
 @click.option("--fresh", is_flag=True, help="Start a new sweep run instead of resuming a matching one.")
 @click.option("--no-compare", is_flag=True, help="Do not compare the cells at the end.")
+@ci_outputs
 @TRUST
 @THREADS
 @guarded
 def sweep(scenario, grid, overrides, seeds, jobs, executor, ray_address, out, tracking_uri, fresh,
-          no_compare, trust_model_code, threads) -> None:
+          no_compare, sarif_path, junit_path, trust_model_code, threads) -> None:
     """Run SCENARIO over a grid of defense settings; each cell a nested MLflow run; resumable."""
     threads = pin_threads(threads)
     apply_trust(trust_model_code)
     from harness.scenario import apply_overrides, read_raw
     from harness.sweep import plan_sweep, run_sweep
 
+    check_output_paths(sarif=sarif_path, junit=junit_path)
     if not grid:
         raise BadInput("--grid: give at least one KEY=V1,V2,... to sweep over")
     raw = apply_overrides(read_raw(scenario), list(overrides))
@@ -65,8 +75,10 @@ def sweep(scenario, grid, overrides, seeds, jobs, executor, ray_address, out, tr
     click.echo(f"sweep run: {res['sweep_run_id']} ({len(res['results'])} cells run, "
                f"{res['skipped']} skipped)")
     code = 3 if res["errors"] else 0
-    if not no_compare:
+    cmp = None
+    if not no_compare or sarif_path or junit_path:
         records, curves, _ = gather_sweep(res["tracking_uri"], res["sweep_run_id"])
+    if not no_compare:
         cmp, files, _ = run_compare(res["tracking_uri"], records, curves, Path(res["out"]) / "compare",
                                     res["sweep_run_id"])
         click.echo(_terminal(cmp))
@@ -74,7 +86,25 @@ def sweep(scenario, grid, overrides, seeds, jobs, executor, ray_address, out, tr
         if code == 0 and cmp["recommended"] is None:
             inconclusive = any(c["verdict"] == "inconclusive" for c in cmp["cells"])
             code = 4 if inconclusive else 1  # no passing cell: none shown safe, or none could tell
+    if sarif_path or junit_path:
+        _ci_outputs(sarif_path, junit_path, records, res, cmp, scenario, raw)
     sys.exit(code)
+
+
+def _ci_outputs(sarif_path, junit_path, records, res, cmp, scenario, raw) -> None:
+    """SARIF and JUnit over every finished cell (one JUnit suite per cell); crashed cells too."""
+    from harness.sweep import Cell, apply_cell
+
+    if cmp is None and sarif_path:
+        from reports.compare import compare as compare_cells
+
+        cmp = compare_cells(records)
+    cells = [Cell(r["settings"], r["seed"]) for r in records]
+    reports = [(c.label(), r["report"], apply_cell(raw, c)) for c, r in zip(cells, records, strict=True)]
+    done = {item[0] for item in reports}
+    crashed = [(r["label"], r["error"]) for r in res["results"] if r.get("error") and r["label"] not in done]
+    write_ci_outputs(sarif_path, junit_path, reports, scenario, raw,
+                     sweep_cells=cmp["cells"] if cmp else None, crashed=crashed)
 
 
 def _terminal(cmp: dict) -> str:

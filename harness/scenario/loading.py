@@ -128,7 +128,27 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | None) -> dict[s
                 node[p] = nxt
             node = nxt
         node[parts[-1]] = parse_value(raw)
+        if node[parts[-1]] is None and len(parts) > 1:
+            _section_off(data, parts)
     return data
+
+
+def _section_off(data: dict[str, Any], parts: list[str]) -> None:
+    """`none` means "section off", as in `--grid`: when nulling a key leaves its section invalid
+    (`defenses.dp_sgd.epsilon=none`: DP-SGD needs a target) and the section is optional, the
+    section itself is removed."""
+    section, holder = _model_at(tuple(parts)), _model_at(tuple(parts[:-1]))
+    if section is None or holder is None or parts[-2] not in holder.model_fields:
+        return
+    node = data
+    for p in parts[:-2]:
+        node = node[p]
+    try:
+        section.model_validate(node[parts[-2]])
+    except ValidationError:
+        field = holder.model_fields[parts[-2]]
+        if not field.is_required() and field.default is None:
+            node[parts[-2]] = None
 
 
 def scenario_from_dict(data: Any, source: str = "<scenario>") -> Scenario:

@@ -97,6 +97,22 @@ def test_override_none_removes_section():
     assert parse_value("none") is None and parse_value("0.5") == 0.5
 
 
+def test_set_none_turns_a_section_off_as_the_grid_does():
+    """`--set defenses.dp_sgd.epsilon=none` means "no DP-SGD", exactly as `--grid ...=1,none`."""
+    from harness.sweep import Cell, apply_cell
+
+    raw = make_scenario(defenses={"dp_sgd": {"epsilon": 1.0, "delta": 1e-5}, "query_budget": 50})
+    for key in ("defenses.dp_sgd.epsilon", "defenses.query_budget", "defenses.output_noise.sigma"):
+        by_set = scenario_from_dict(apply_overrides(raw, [f"{key}=none"]))
+        by_grid = scenario_from_dict(apply_cell(raw, Cell({key: None}, 0)))
+        assert by_set.defenses == by_grid.defenses, key
+    off = scenario_from_dict(apply_overrides(raw, ["defenses.dp_sgd.epsilon=none"]))
+    assert off.defenses.dp_sgd is None and off.defenses.query_budget == 50
+    # a key that may be null stays a null key: the section around it is kept
+    kept = apply_overrides(make_scenario(), ["victim.data.n_test=none"])
+    assert kept["victim"]["data"]["n_test"] is None and kept["victim"]["data"]["dataset"] == "digits"
+
+
 def test_relative_paths_resolve_from_scenario_folder(tmp_path):
     data = make_scenario()
     data["victim"]["data"] = {"dataset": "npz", "path": "arrays.npz"}

@@ -1,4 +1,5 @@
-"""Sweeps: the grid, `none`, and a real 2×2 digits sweep that is killed, resumed and compared."""
+"""Sweeps: the grid, `none`, a small real sweep with its CI outputs, and (slow) a real 2×2 digits
+sweep that is killed, resumed and compared."""
 
 import json
 import os
@@ -118,11 +119,13 @@ def swept(tmp_path_factory):
         first_output = proc.communicate()[0]
     assert before, f"no cell finished before the deadline:\n{first_output[-3000:]}"
     before = {r.data.tags["leakmeter.cell"]: r.info.run_id for r in _done_cells(client, "leakmeter-sweep")}
-    resumed = subprocess.run([*cmd, "--jobs", "2"], cwd=tmp, env=env, capture_output=True, text=True,
+    ci = ["--junit", str(tmp / "sweep.xml"), "--sarif", str(tmp / "sweep.sarif")]
+    resumed = subprocess.run([*cmd, "--jobs", "2", *ci], cwd=tmp, env=env, capture_output=True, text=True,
                              timeout=600)
     return {"tmp": tmp, "uri": uri, "before": before, "resumed": resumed, "client": client}
 
 
+@pytest.mark.slow  # spawns the CLI twice and kills it: ~75 s on 2 shared cores
 def test_interrupted_sweep_resumes_without_redoing_finished_cells(swept):
     res, before, client = swept["resumed"], swept["before"], swept["client"]
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
@@ -163,6 +166,7 @@ def _expected_from_reports(out: Path):
     return {"defenses.dp_sgd.epsilon": best["eps"], "defenses.query_budget": best["budget"]}
 
 
+@pytest.mark.slow  # spawns the CLI twice and kills it: ~75 s on 2 shared cores
 def test_compare_recommends_the_most_useful_passing_cell(swept):
     tmp, uri, client = swept["tmp"], swept["uri"], swept["client"]
     expected = _expected_from_reports(tmp / "out")
@@ -188,6 +192,7 @@ def test_compare_recommends_the_most_useful_passing_cell(swept):
     assert client.get_run(sweep_id).data.tags["leakmeter.recommended"] == cmp["recommended"]["label"]
 
 
+@pytest.mark.slow  # spawns the CLI twice and kills it: ~75 s on 2 shared cores
 def test_compare_experiment_finds_the_varying_settings(swept):
     tmp, uri = swept["tmp"], swept["uri"]
     out = leakmeter("compare", "--experiment", "leakmeter-sweep", "--tracking-uri", uri,
@@ -214,3 +219,61 @@ def test_curves_are_read_from_the_attack_runs_of_a_cell(tracking_uri):
     tr.end(cell)
     pts = [(1, 0.2), (10, 0.6), (100, 0.9)]
     assert _curves(tr.client, tr.experiment_id, cell) == {"surrogate/fidelity": pts}
+
+
+@pytest.mark.slow  # spawns the CLI twice and kills it: ~75 s on 2 shared cores
+def test_resumed_sweep_writes_one_junit_suite_per_cell_and_sarif(swept):
+    """The CI outputs cover every cell, the ones finished before the interruption included."""
+    import xml.etree.ElementTree as ET
+
+    tmp = swept["tmp"]
+    suites = ET.parse(tmp / "sweep.xml").getroot().findall("testsuite")
+    labels = sorted(s.get("name") for s in suites)
+    assert labels == sorted(f"leakmeter sweep-digits [{c.label()}]" for c in
+                            make_cells(parse_grid(GRID[1::2]), [0]))
+    for s in suites:
+        (case,) = s.findall("testcase")
+        assert case.get("classname") == "leakmeter.sweep-digits.span"
+        assert case.get("name") == "span_nonadaptive"
+        verdict = {p.get("name"): p.get("value") for p in s.find("properties")}["verdict"]
+        assert (case.find("failure") is not None) == (verdict == "fail")
+    log = json.loads((tmp / "sweep.sarif").read_text())
+    results = log["runs"][0]["results"]
+    risks = {s.get("name").split(" [")[1][:-1]: json.loads(s.find("testcase").find("system-out").text)["risk"]
+             for s in suites}
+    level = {"high": "error", "medium": "warning"}
+    # one result per cell where the attack reached medium or high, at the level of its risk
+    assert {r["properties"]["cell"]: r["level"] for r in results} == {
+        cell: level[risk] for cell, risk in risks.items() if risk in level}
+    assert "high" in risks.values()
+    assert all("Measured in this sweep" in r["message"]["text"] for r in results)
+
+
+def test_small_sweep_compares_and_writes_ci_outputs(tmp_path, _mlflow_template, monkeypatch):
+    """Two cells (budget 8 and 200) run in a worker process from the CLI: the comparison
+    recommends the budget that stops the attack, the JUnit file has one suite per cell, and the
+    SARIF results carry what the sweep measured."""
+    import shutil
+    import xml.etree.ElementTree as ET
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(_mlflow_template, tmp_path / "mlflow.db")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    res = leakmeter("sweep", str(SCENARIO), "--grid", "defenses.query_budget=8,200", *SMALL,
+                    "--set", "defenses.dp_sgd=none", "--tracking-uri", uri, "--out", "out",
+                    "--junit", "s.xml", "--sarif", "s.sarif")
+    assert res.exit_code == 0, res.output + res.stderr
+    assert "recommended: query_budget=8" in res.output
+    suites = {s.get("name"): s for s in ET.parse(tmp_path / "s.xml").getroot().findall("testsuite")}
+    assert set(suites) == {"leakmeter sweep-digits [defenses.query_budget=8, seed=0]",
+                           "leakmeter sweep-digits [defenses.query_budget=200, seed=0]"}
+    leaks = suites["leakmeter sweep-digits [defenses.query_budget=200, seed=0]"].find("testcase")
+    held = suites["leakmeter sweep-digits [defenses.query_budget=8, seed=0]"].find("testcase")
+    assert leaks.find("failure") is not None and held.find("failure") is None
+    results = json.loads((tmp_path / "s.sarif").read_text())["runs"][0]["results"]
+    by_cell = {r["properties"]["cell"]: r for r in results}
+    assert by_cell["defenses.query_budget=200, seed=0"]["level"] == "error"
+    text = by_cell["defenses.query_budget=200, seed=0"]["message"]["text"]
+    assert ("Measured in this sweep (2 cells): defenses.query_budget = 8 kept this attack below high "
+            "and 200 did not") in text
+    assert "The query budget of 200 did not stop it" in text  # the cell's own settings, not the base file's

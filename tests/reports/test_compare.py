@@ -6,7 +6,7 @@ import json
 import pytest
 
 from reports import compare as C
-from reports.plots import all_plots
+from reports.plots import all_plots, png_description
 
 LEVELS = ("low", "medium", "high")
 
@@ -146,3 +146,37 @@ def test_rero_gamma_is_the_tightest_rigorous_bound_at_the_first_eta():
     plain = [{"eta": 5.0, "bound": "rdp", "gamma": 0.3}, {"eta": 5.0, "bound": "zcdp", "gamma": 0.5}]
     assert C.rero_gamma(plain) == 0.3
     assert C.rero_gamma([]) is None
+
+
+def test_gamma_is_drawn_only_over_the_attacks_it_bounds_and_curves_get_their_own_axes(tmp_path):
+    """γ bounds reconstruction, not span recovery; a rank-vs-samples curve is not a fidelity curve."""
+    records = []
+    for e in (1.0, None):
+        rep = report(0.9, e, 100, ["low", "high"], gamma=None if e is None else 0.2)
+        rep["attacks"][0].update(name="reconn", family="reconstruction", metrics={"success_rate": 0.1})
+        rep["attacks"][1].update(name="span_nonadaptive", family="span",
+                                 metrics={"recovered_rank": 8.0, "true_rank": 16.0})
+        records.append(rec({"defenses.dp_sgd.epsilon": e}, rep))
+    cmp = C.compare(records)
+    curves = {"eps=1": {"span_nonadaptive/recovered_rank_vs_samples": [(16, 4.0), (32, 8.0)],
+                        "reconn/reconn_loss": [(0, 1.0), (1, 0.5)]}}
+    files = {p.name: png_description(p) for p in all_plots(cmp, curves, tmp_path)}
+    recon, other = files["attack_success_vs_epsilon.png"]
+    assert "ReRo γ: bound on any reconstruction attack" in recon["series"]
+    assert [s.split(" (")[0] for s in recon["series"] if not s.startswith("ReRo")] == ["reconn"]
+    assert [s.split(" (")[0] for s in other["series"]] == ["span_nonadaptive"]
+    assert not any("ReRo" in s for s in other["series"])
+    # no curve over queries: no fidelity plot; each other curve on its own x axis
+    assert "fidelity_vs_queries.png" not in files
+    (rank,) = files["curve_span_nonadaptive_recovered_rank_vs_samples.png"]
+    (loss,) = files["curve_reconn_reconn_loss.png"]
+    assert rank["xlabel"] == "gradient samples" and loss["xlabel"] == "reconstructor epoch"
+    fid = {"eps=1": {"surrogate/fidelity": [(10, 0.5), (100, 0.9)],
+                     "span_nonadaptive/recovered_rank_vs_samples": [(16, 4.0), (32, 8.0)]}}
+    (panel,) = png_description(C_plots_fidelity(cmp, fid, tmp_path))
+    assert panel["xlabel"] == "queries" and panel["series"] == ["surrogate/fidelity — eps=1"]
+
+
+def C_plots_fidelity(cmp, curves, tmp_path):
+    (p,) = [p for p in all_plots(cmp, curves, tmp_path / "fid") if p.name == "fidelity_vs_queries.png"]
+    return p

@@ -1,4 +1,6 @@
-"""report.html: self-contained, escaped, and rendered by a real headless Chromium without console errors."""
+"""report.html: rendered from the Jinja2 templates, self-contained, escaped, with advice filled from the
+measured numbers, and rendered by a real headless Chromium without console errors; the screenshot
+shows the verdict banner in its colour."""
 
 import base64
 import re
@@ -65,8 +67,8 @@ def test_run_writes_self_contained_html_next_to_json(real_run):
     # verdict in plain words at the top, before any section
     first = page.index('class="verdict')
     assert first < page.index("Attacks at a glance") < page.index("Each attack") < page.index("The scenario")
-    verdict_text = re.search(r'class="verdict \w+">([^<]*)<', page)[1]
-    assert verdict_text.startswith(report["verdict"].upper())
+    word = re.search(r'class="verdict (\w+)" id="verdict"><b>([A-Z ]+)</b>', page)
+    assert word[1] == report["verdict"] and word[2] == report["verdict"].upper()
     a = report["attacks"][0]
     assert a["name"] == "span_nonadaptive" and a["status"] == "ok"
     assert f"{a['queries']} queries" in page and re.sub(r"\s+", " ", a["reason"]).split(" (")[0] in page
@@ -154,3 +156,98 @@ def test_browser_check_detects_console_errors(tmp_path):
     errors, (images, broken), _ = render_in_browser(p, tmp_path, "bad")
     assert any("nope is not defined" in e for e in errors)
     assert (images, broken) == (1, 1)
+
+
+# --------------------------------------------------------------------------- verdicts, advice, screenshots
+
+BANNER = {"pass": (0x1E, 0x8E, 0x3E), "fail": (0xD9, 0x30, 0x25), "error": (0xF9, 0xAB, 0x00),
+          "inconclusive": (0x1A, 0x73, 0xE8)}
+
+
+def verdict_report(tmp_path, verdict):
+    """The synthetic report with statuses that give `verdict` under the contract's precedence."""
+    rep = synthetic_report(tmp_path)
+    rep["verdict"] = verdict
+    atk = rep["attacks"]
+    if verdict != "fail":
+        atk[0]["risk"] = "low"
+    if verdict in ("pass", "inconclusive"):
+        atk[2].update(status="ok", risk="low", reason="nothing extracted")
+    if verdict == "inconclusive":
+        atk[0].update(status="incomplete", stopped_by="faults", reason="the endpoint dropped 30% of requests")
+    rep["risk"] = "high" if verdict == "fail" else "low"
+    return rep
+
+
+def colour_pixels(png, rgb, tol=8):
+    """How many pixels of the screenshot are within `tol` (0-255 per channel) of `rgb`."""
+    import matplotlib.image as mpimg
+    import numpy as np
+
+    img = mpimg.imread(png)[..., :3] * 255.0
+    return int((np.abs(img - np.array(rgb, dtype=float)).max(axis=-1) <= tol).sum())
+
+
+@pytest.mark.parametrize("verdict", ["pass", "fail", "error", "inconclusive"])
+def test_banner_word_and_class_follow_the_verdict(tmp_path, verdict):
+    page = to_html(verdict_report(tmp_path, verdict))
+    m = re.search(r'class="verdict (\w+)" id="verdict"><b>([A-Z ]+)</b> — ([^<]*)<', page)
+    assert (m[1], m[2]) == (verdict, verdict.upper())
+    if verdict == "inconclusive":
+        assert "not a pass" in m[3] and "recon (faults" in m[3]
+    if verdict == "error":
+        assert "boom" in m[3] and "partial" in m[3]
+
+
+def test_findings_get_advice_filled_from_their_numbers(tmp_path):
+    rep = verdict_report(tmp_path, "fail")
+    rep["attacks"].append({
+        "name": "gradient_exact", "family": "extraction", "paper": "000 Alg. 1, 1a, 1b, App. B",
+        "status": "ok", "risk": "high", "queries": 1234, "wall_s": 0.3, "reason": "a working copy",
+        "metrics": {"units_matched": 16.0, "units_true": 16.0, "max_rel_error": 2e-9, "agreement": 1.0}})
+    page = to_html(rep, {"name": "synthetic", "defenses": {"explanation_noise": {"sigma": 0.05}}})
+    advice = page[page.index('id="advice"'):page.index("The deployment")]
+    # 3·h·log h for h = 16 is 133.1: the number comes from the metrics, not from the file
+    assert "16 of 16 hidden units in 1234 queries" in advice and "3·h·log h is 133" in advice
+    assert "Explanation noise σ = 0.05 did not stop it" in advice
+    # key names in backticks become <code>, and what the report holds is still escaped
+    assert "<code>interface.kind: prediction</code>" in advice and "`" not in advice
+    # a finding whose numbers are missing gets no half-filled line
+    assert "None" not in advice and "{{" not in advice
+    levels = page[page.index('id="risk-levels"'):page.index("Each attack")]
+    for fam in ("extraction", "span", "reconstruction"):
+        assert f"<h3>{fam}</h3>" in levels
+    assert "<h3>membership</h3>" not in levels  # only the families this report has
+    assert "Milli, Schmidt, Dragan, Hardt" in page  # the paper behind gradient_exact, cited
+
+
+def test_warnings_caught_during_the_run_are_shown_escaped(tmp_path):
+    rep = synthetic_report(tmp_path)
+    rep["warnings"] = [{"category": "UserWarning", "message": "Secure RNG <off>", "source": "pe.py:98",
+                        "count": 3}]
+    page = to_html(rep)
+    assert "Warnings raised during the run" in page and "Secure RNG &lt;off&gt;" in page
+
+
+def test_page_escapes_template_syntax_and_tolerates_old_reports(tmp_path):
+    rep = synthetic_report(tmp_path)
+    rep["attacks"][0]["reason"] = "{{ 7 * 7 }} {% if true %}x{% endif %}"
+    page = to_html(rep)
+    assert "{{ 7 * 7 }} {% if true %}x{% endif %}" in page.replace("&#39;", "'")
+    old = {"scenario": "old", "verdict": None, "attacks": [{"name": "a"}, {"name": "b", "status": "ok"}]}
+    page = to_html(old)  # no policy, no risk, no family, no queries: still a page
+    assert "NO VERDICT" in page and "<td>a</td>" not in page and 'href="#atk-a"' in page
+
+
+@needs_browser
+@pytest.mark.parametrize("verdict", ["pass", "fail", "error", "inconclusive"])
+def test_screenshot_shows_the_verdict_banner_in_its_colour(tmp_path, verdict):
+    p = tmp_path / "report.html"
+    p.write_text(to_html(verdict_report(tmp_path, verdict)))
+    errors, (_, broken), shot = render_in_browser(p, tmp_path, verdict)
+    assert errors == [] and broken == 0
+    own = colour_pixels(shot, BANNER[verdict])
+    assert own >= 400, f"the {verdict} banner's colour is not on the screenshot ({own} pixels)"
+    for other, rgb in BANNER.items():
+        if other != verdict:
+            assert colour_pixels(shot, rgb) < own / 10, f"{other}'s colour on a {verdict} page"

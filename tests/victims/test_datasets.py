@@ -105,3 +105,42 @@ def test_fashion_mnist_loads_from_debian_package():
                                attacker_pool=100), seed=0)
     assert ds.input_shape == (1, 28, 28) and ds.x_train.shape == (1000, 784)
     assert ds.n_classes == 10 and len(ds.x_test) == 200
+
+
+@pytest.mark.parametrize("classes, says", [
+    ([0, 99], "victim.data.classes: [99] not among the labels of digits (0..9)"),
+    ([12, 13], "victim.data.classes: [12, 13] not among the labels of digits (0..9)"),
+    ([3], "victim.data.classes: [3] selects one class; a classifier needs at least two"),
+    ([1, 1], "victim.data.classes: [1, 1] lists a class twice"),
+])
+def test_bad_classes_say_what_is_wrong_with_them(classes, says):
+    with pytest.raises(BadInput) as exc:
+        load_dataset(DataSpec(dataset="digits", classes=classes, n_train=50), 0)
+    assert str(exc.value).startswith(says)
+
+
+def test_too_large_n_train_names_the_value_asked_for_and_the_most_possible():
+    with pytest.raises(BadInput) as exc:
+        load_dataset(DataSpec(dataset="digits", n_train=5000), 0)
+    assert str(exc.value) == ("victim.data.n_train: 5000 is more than digits can give: it has 1797 records, "
+                              "so at most 1796 can train and leave one to test")
+    with pytest.raises(BadInput) as exc:  # the default n_train (1000) against a two-class subset
+        load_dataset(DataSpec(dataset="digits", classes=[0, 1]), 0)
+    msg = str(exc.value)
+    assert "n_train: 1000 (the default) is more than digits (classes [0, 1]) can give: it has 360" in msg
+    d = load_dataset(DataSpec(dataset="digits", n_train=1796, attacker_pool=0), 0)
+    assert len(d.x_train) == 1796 and len(d.x_test) == 1  # the most it allows really works
+
+
+def test_n_train_against_a_fixed_test_split(tmp_path):
+    """With the user's own test split, the default n_train is an upper limit (every training record
+    is used); an n_train the user asked for and the file cannot give is one clear line."""
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "d.npz", x_train=rng.normal(size=(200, 4)), y_train=rng.integers(0, 2, 200),
+             x_test=rng.normal(size=(50, 4)), y_test=rng.integers(0, 2, 50))
+    d = load_dataset(DataSpec(dataset="npz", path=str(tmp_path / "d.npz"), attacker_pool=0), 0)
+    assert len(d.x_train) == 200 and len(d.x_test) == 50
+    with pytest.raises(BadInput) as exc:
+        load_dataset(DataSpec(dataset="npz", path=str(tmp_path / "d.npz"), n_train=500), 0)
+    assert str(exc.value) == ("victim.data.n_train: 500 is more than npz can give: it has 200 records, "
+                              "so at most 200 can train")

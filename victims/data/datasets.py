@@ -146,6 +146,20 @@ def _split(n: int, sizes: list[int], rng: np.random.Generator) -> list[np.ndarra
     return out
 
 
+def _check_classes(classes: list[int], y: np.ndarray, name: str) -> None:
+    """BadInput naming the problem when `classes` cannot select a classification task."""
+    present = sorted(int(c) for c in np.unique(y))
+    shown = f"{present[0]}..{present[-1]}" if present == list(range(present[0], present[-1] + 1)) else present
+    missing = [c for c in classes if c not in present]
+    if missing:
+        raise BadInput(f"victim.data.classes: {missing} not among the labels of {name} ({shown})")
+    if len(set(classes)) != len(classes):
+        raise BadInput(f"victim.data.classes: {list(classes)} lists a class twice")
+    if len(classes) < 2:
+        raise BadInput(f"victim.data.classes: {list(classes)} selects one class; a classifier needs "
+                       f"at least two (labels of {name}: {shown})")
+
+
 def _infer_task(y: np.ndarray) -> str:
     if np.issubdtype(y.dtype, np.floating) and not np.allclose(y, np.round(y)):
         return "regression"
@@ -208,6 +222,7 @@ def load_dataset(spec: Any, seed: int) -> Dataset:
     if spec.classes is not None:
         if task == "regression":
             raise BadInput("victim.data.classes: only for classification tasks")
+        _check_classes(spec.classes, y, name)
         keep = np.isin(y, spec.classes)
         x, y = x[keep], y[keep]
         remap = {c: i for i, c in enumerate(spec.classes)}
@@ -224,6 +239,15 @@ def load_dataset(spec: Any, seed: int) -> Dataset:
         record["binary_labels"] = "label % 2"
 
     n = len(x)
+    of = f"{name}" + (f" (classes {list(spec.classes)})" if spec.classes is not None else "")
+    most = n - 1 if x_te_fixed is None else n
+    explicit = "n_train" in getattr(spec, "model_fields_set", {"n_train"})
+    # a fixed test split leaves every record to training: the default n_train is an upper limit there
+    if spec.n_train is not None and spec.n_train > most and (explicit or x_te_fixed is None):
+        default = "" if explicit else " (the default)"
+        rest = " and leave one to test" if x_te_fixed is None else ""
+        raise BadInput(f"victim.data.n_train: {spec.n_train}{default} is more than {of} can give: it has "
+                       f"{n} records, so at most {most} can train{rest}")
     n_train = min(spec.n_train or n, n)
     if x_te_fixed is None:
         n_test = spec.n_test or max(1, min(n - n_train - spec.attacker_pool, n // 4))

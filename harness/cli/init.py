@@ -1,0 +1,71 @@
+"""`leakmeter init`: ask for (or take as flags) a model file, a data set and the interface, and write
+a commented scenario that validates (harness/scaffold.py writes the text)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from harness.cli.common import guarded
+
+# the choices, kept here so the command module imports nothing heavy (harness/scaffold.py checks them too)
+INTERFACES = ("prediction", "gradient", "smoothgrad", "whitebox")
+OUTPUTS = ("label", "probabilities", "logits")
+DATASETS = ("digits", "breast_cancer", "diabetes", "fashion_mnist")
+
+
+def _ask(value, question: str, default, ask: bool, choices=None):
+    if value is not None or not ask:
+        return value if value is not None else default
+    kind = click.Choice(choices) if choices else None
+    return click.prompt(question, default=default, type=kind, show_choices=bool(choices))
+
+
+@click.command()
+@click.option("--model", "model", metavar="FILE", help="Your model file (state_dict, safetensors, ...); "
+              "'none' to let leakmeter train one like it.")
+@click.option("--data", "data", metavar="NAME|FILE|DIR",
+              help="digits, breast_cancer, diabetes, fashion_mnist; an .npz file; or a folder of IDX files.")
+@click.option("--interface", "interface", type=click.Choice(INTERFACES),
+              help="What users of the deployment can ask.")
+@click.option("--output", "output", type=click.Choice(OUTPUTS), help="What predict returns.")
+@click.option("--name", help="Scenario name (default: from the model or data file).")
+@click.option("-o", "--out", "out", type=click.Path(dir_okay=False), default=None,
+              help="Where to write the scenario (default: <name>.yaml here).")
+@click.option("--force", is_flag=True, help="Overwrite an existing file.")
+@click.option("--ask/--no-ask", default=None,
+              help="Ask for what the flags leave out (default: when stdin is a terminal).")
+@guarded
+def init(model, data, interface, output, name, out, force, ask) -> None:
+    """Write a commented starting SCENARIO for your model and data, validated."""
+    from pathlib import Path
+
+    from harness.errors import BadInput
+    from harness.scaffold import Answers, scenario_text, slug
+    from harness.scenario import load_scenario
+
+    ask = sys.stdin.isatty() if ask is None else ask
+    model = _ask(model, "Model file (none: leakmeter trains one)", "none", ask)
+    data = _ask(data, f"Data: {' | '.join(DATASETS)} | an .npz file | an IDX folder", "digits", ask)
+    interface = _ask(interface, "Interface", "prediction", ask, list(INTERFACES))
+    output = _ask(output, "What predict returns", "probabilities", ask, list(OUTPUTS))
+    answers = Answers(data=data, interface=interface, output=output,
+                      model=None if str(model).lower() in ("none", "") else model, name=name)
+    stem = slug(name or (Path(answers.model).stem if answers.model else Path(data).stem))
+    path = Path(out or f"{stem}.yaml")
+    if path.exists() and not force:
+        raise BadInput(f"--out: {path} exists; pass --force to overwrite it")
+    if not path.resolve().parent.is_dir():
+        raise BadInput(f"--out: folder {path.resolve().parent} does not exist")
+    text = scenario_text(answers, path.resolve().parent)
+    path.write_text(text, encoding="utf-8")
+    try:
+        s = load_scenario(path)
+    except BadInput:
+        path.unlink()
+        raise
+    for note in answers.notes:
+        click.echo(f"note: {note}")
+    click.echo(f"wrote {path} ({s.name}: {s.interface.kind}/{s.interface.output}; valid)\n"
+               f"next: leakmeter validate {path} && leakmeter run {path}")

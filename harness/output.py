@@ -1,0 +1,52 @@
+"""What a run keeps off the terminal, and what it leaves behind.
+
+- `WarningsCapture`: third-party warnings (Opacus' secure-RNG notice, PyTorch's backward-hook
+  notes, ...) raised during a run are recorded, one entry per distinct message with a count, for
+  the report's `warnings` list, instead of being printed between the run's own lines.
+- `prune_empty`: attack folders nothing was written to are removed after a run.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+
+class WarningsCapture:
+    """Record warnings between `start()` and `stop()` (once per message and place, as Python's
+    default filter shows them); `stop()` returns them as plain dicts and restores the filters."""
+
+    def __init__(self) -> None:
+        self._ctx: warnings.catch_warnings | None = None
+        self._log: list[warnings.WarningMessage] = []
+
+    def start(self) -> WarningsCapture:
+        self._ctx = warnings.catch_warnings(record=True)
+        self._log = self._ctx.__enter__()
+        warnings.simplefilter("default")
+        return self
+
+    def stop(self) -> list[dict[str, Any]]:
+        if self._ctx is None:
+            return []
+        self._ctx.__exit__(None, None, None)
+        self._ctx = None
+        seen: dict[tuple[str, str], dict[str, Any]] = {}
+        for w in self._log:
+            text = " ".join(str(w.message).split())
+            key = (w.category.__name__, text)
+            if key in seen:
+                seen[key]["count"] += 1
+            else:
+                seen[key] = {"category": w.category.__name__, "message": text[:500],
+                             "source": f"{os.path.basename(w.filename)}:{w.lineno}", "count": 1}
+        return list(seen.values())
+
+
+def prune_empty(outdir: Path) -> None:
+    """Remove the attack folders nothing was written to."""
+    for sub in sorted(outdir.iterdir() if outdir.is_dir() else [], reverse=True):
+        if sub.is_dir() and not any(sub.iterdir()):
+            sub.rmdir()

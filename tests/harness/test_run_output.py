@@ -1,0 +1,150 @@
+"""What a run leaves behind and prints: a line per stage on non-TTY output, third-party warnings and
+MLflow's download bar kept off the terminal, no empty folders, MLflow curves that start where the
+attack started, `compare --experiment` over list-valued settings, and `validate` on missing files."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import make_scenario
+
+from harness.errors import BadInput
+from harness.runner import run_scenario
+from harness.scenario import scenario_from_dict
+
+CLI = [sys.executable, "-c", "from harness.cli import main; main()"]
+ENV = {**os.environ, "LEAKMETER_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+
+
+def leakmeter(*args):
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    return CliRunner().invoke(main, list(args))
+
+
+def test_non_tty_run_prints_each_stage_and_keeps_warnings_in_the_report(tmp_path):
+    """stdout and stderr are pipes here, as under cron or CI: no bars, so a line per stage; Opacus'
+    and PyTorch's warnings go to report.json, not between those lines."""
+    scen = make_scenario(name="dp", attacks=[{"name": "span_nonadaptive"}], defenses={
+        "dp_sgd": {"epsilon": 8.0, "delta": 1e-5, "max_grad_norm": 1.0}, "query_budget": 200})
+    scen["victim"]["data"]["n_train"] = 128
+    scen["victim"]["training"].update(epochs=1, momentum=0.0)
+    (tmp_path / "dp.yaml").write_text(yaml.safe_dump(scen))
+    env = {k: v for k, v in ENV.items() if k not in ("CI", "PYTHONWARNINGS")}
+    res = subprocess.run([*CLI, "run", "dp.yaml", "--out", "out"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode in (0, 1), res.stderr[-2000:]
+    stages = [ln for ln in res.stderr.splitlines() if ln.startswith("leakmeter: dp: ")]
+    assert len(stages) >= 3 and any("attack 1/1: span_nonadaptive" in ln for ln in stages), res.stderr
+    assert "Warning" not in res.stderr + res.stdout and "Secure RNG" not in res.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    caught = {w["message"].split(".")[0]: w for w in report["warnings"]}
+    assert any("Secure RNG turned off" in m for m in caught), report["warnings"]
+    assert all(w["category"].endswith("Warning") and w["count"] >= 1 for w in report["warnings"])
+    # nothing empty left behind: every folder under the report holds a file
+    assert all(any(d.iterdir()) for d in (tmp_path / "out").rglob("*") if d.is_dir())
+
+
+def test_mlflow_download_bar_stays_off(tracking_uri, tmp_path, monkeypatch, capfd):
+    from mlflow.tracking import MlflowClient
+
+    from harness.scan import baseline_report
+    from harness.threads import _defaults
+
+    c = MlflowClient(tracking_uri=tracking_uri)
+    run = c.create_run(c.create_experiment("x"))
+    (tmp_path / "report.json").write_text(json.dumps({"scenario": "x"}))
+    c.log_artifact(run.info.run_id, str(tmp_path / "report.json"))
+    monkeypatch.delenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", raising=False)
+    _defaults()  # what importing harness does in a fresh process
+    capfd.readouterr()
+    assert baseline_report(tracking_uri, run)["scenario"] == "x"
+    assert "Downloading artifacts" not in capfd.readouterr().err
+    monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "true")  # control: MLflow's default draws it
+    assert baseline_report(tracking_uri, run)["scenario"] == "x"
+    assert "Downloading artifacts" in capfd.readouterr().err
+
+
+def test_bad_input_leaves_no_empty_report_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    bad = make_scenario(attacks=[{"name": "span_nonadaptive"}])
+    bad["victim"]["data"]["classes"] = [0, 99]
+    with pytest.raises(BadInput, match=r"classes: \[99\] not among the labels"):
+        run_scenario(scenario_from_dict(bad), out=tmp_path / "given")
+    assert not (tmp_path / "given").exists()
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
+    res = leakmeter("run", "bad.yaml")
+    assert res.exit_code == 2 and "classes: [99]" in res.stderr
+    assert not (tmp_path / "leakmeter-out").exists()
+
+
+# --------------------------------------------------------------------------- two tracked runs
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory, _mlflow_template):
+    """Two tracked runs of one scenario that differ by a list-valued setting (hidden widths)."""
+    import shutil
+
+    tmp = tmp_path_factory.mktemp("two")
+    shutil.copy(_mlflow_template, tmp / "mlflow.db")
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    reports = []
+    for hidden in ([16], [8]):
+        s = make_scenario(name="widths", attacks=[
+            {"name": "surrogate", "params": {"max_queries": 30, "steps": 5}}, {"name": "span_nonadaptive"}],
+            defenses={"query_budget": 400}, tracking={"experiment": "widths"})
+        s["victim"]["model"]["hidden"] = hidden
+        s["victim"]["training"]["epochs"] = 3
+        reports.append(run_scenario(scenario_from_dict(s), tracking_uri=uri, out=tmp / f"h{hidden[0]}"))
+    return {"uri": uri, "tmp": tmp, "reports": reports}
+
+
+def test_compare_experiment_handles_list_valued_settings(two_runs):
+    tmp, uri = two_runs["tmp"], two_runs["uri"]
+    res = leakmeter("compare", "--experiment", "widths", "--tracking-uri", uri, "--json", str(tmp / "c.json"),
+                    "--out", str(tmp / "cmp"))
+    assert res.exit_code in (0, 1), res.output + res.stderr  # a recommendation or none passes, no crash
+    cmp = json.loads((tmp / "c.json").read_text())
+    assert cmp["keys"] == ["victim.model.hidden"]
+    assert sorted(c["settings"]["victim.model.hidden"] for c in cmp["cells"]) == [[8], [16]]
+    assert {c["label"] for c in cmp["cells"]} == {"hidden=[16]", "hidden=[8]"}
+
+
+def test_mlflow_curve_starts_where_the_attack_started(two_runs):
+    """The surrogate's fidelity curve in MLflow is the curve of the report, point for point: no
+    extra step 0 holding the final value."""
+    from mlflow.tracking import MlflowClient
+
+    rep = two_runs["reports"][0]
+    client = MlflowClient(tracking_uri=two_runs["uri"])
+    exp = client.get_experiment_by_name("widths")
+    (atk,) = client.search_runs([exp.experiment_id], f"tags.`mlflow.parentRunId` = '{rep['mlflow_run_id']}' "
+                                "and tags.`leakmeter.attack` = 'surrogate'")
+    entry = next(a for a in rep["attacks"] if a["name"] == "surrogate")
+    for key in ("fidelity", "accuracy"):
+        hist = sorted((m.step, m.value) for m in client.get_metric_history(atk.info.run_id, key))
+        assert hist == [tuple(p) for p in entry["curves"][key]]
+        assert hist[0][0] > 0 and hist[-1][1] == entry["metrics"][key]
+    # metrics without a curve are still logged once
+    assert [m.step for m in client.get_metric_history(atk.info.run_id, "wall_s")] == [0]
+
+
+def test_validate_fails_on_files_that_do_not_exist(tmp_path):
+    model = make_scenario()
+    model["victim"]["model"] = {"arch": "file", "path": "missing.safetensors"}
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump(model))
+    res = leakmeter("validate", str(tmp_path / "m.yaml"))
+    assert res.exit_code == 2 and "victim.model.path" in res.stderr and "no such file" in res.stderr
+    data = make_scenario()
+    data["victim"]["data"] = {"dataset": "npz", "path": "nowhere.npz"}
+    (tmp_path / "d.yaml").write_text(yaml.safe_dump(data))
+    res = leakmeter("validate", str(tmp_path / "d.yaml"))
+    assert res.exit_code == 2 and "victim.data.path" in res.stderr and "no such file" in res.stderr
+    (tmp_path / "nowhere.npz").write_bytes(b"")  # present (its contents are run's business): valid
+    assert leakmeter("validate", str(tmp_path / "d.yaml")).exit_code == 0
