@@ -114,7 +114,11 @@ def _write(path: Path, data: dict) -> Path:
     return path
 
 
-def test_regression_scan_exits_1_when_noise_is_removed_and_0_when_unchanged(tmp_path, tracking_uri):
+def test_regression_scan_exits_1_when_noise_is_removed_and_never_passes_a_stopped_scan(
+        tmp_path, tracking_uri):
+    """Output noise stops the span attack (it cannot tell the rank): the scan is inconclusive
+    (exit 4), never a pass; compared with the last scan it is unchanged; once the noise is gone
+    the span leaks and the scan reports a regression (exit 1)."""
     from harness.scan import Tolerance, run_scan
 
     noisy = digits(defenses={"query_budget": 20000, "output_noise": {"sigma": 0.001}},
@@ -125,29 +129,33 @@ def test_regression_scan_exits_1_when_noise_is_removed_and_0_when_unchanged(tmp_
     port = server.port
     scan_s = lambda: scenario_from_dict(with_endpoint(noisy, server.url))  # noqa: E731
     try:
-        first = run_scan(scan_s(), tracking_uri=tracking_uri, out=tmp_path / "1")
-        second = run_scan(scan_s(), tracking_uri=tracking_uri, out=tmp_path / "2",
+        first = run_scan(scan_s(), baseline="last", tracking_uri=tracking_uri, out=tmp_path / "1")
+        second = run_scan(scan_s(), baseline="last", tracking_uri=tracking_uri, out=tmp_path / "2",
                           tolerance=Tolerance(rel=0.0, floor=0.0))
     finally:
         server.close()
-    assert first["baseline_found"] is False and first["exit"] == 0
+    assert first["baseline_found"] is False and first["exit"] == 4
+    assert first["report"]["verdict"] == "inconclusive"
+    span = first["report"]["attacks"][0]
+    assert span["status"] == "incomplete" and span["stopped_by"] == "precision"
     assert first["report"]["victim"]["truth_available"] is False
-    assert "blackbox_span_rank" in first["report"]["attacks"][0]["metrics"]
+    assert "blackbox_span_rank" in span["metrics"]
     assert second["baseline_id"] == first["report"]["mlflow_run_id"]
-    assert second["exit"] == 0 and not second["regressed"]  # nothing changed, even at zero tolerance
+    assert second["exit"] == 4 and not second["regressed"]  # unchanged, even at zero tolerance
     # the endpoint is redeployed without its output noise; the scan scenario is unchanged
     s_weak = scenario_from_dict(digits(defenses={"query_budget": 20000}))
     served_weak, _ = build_served(s_weak)
     server = VictimServer(served_weak, port=port).start()
     try:
-        third = run_scan(scan_s(), tracking_uri=tracking_uri, out=tmp_path / "3")
+        third = run_scan(scan_s(), baseline="last", tracking_uri=tracking_uri, out=tmp_path / "3")
     finally:
         server.close()
-    assert third["baseline_id"] == second["report"]["mlflow_run_id"]  # the last passing scan
+    assert third["baseline_id"] == second["report"]["mlflow_run_id"]
     assert third["regressed"] and third["exit"] == 1
     rows = {(r["attack"], r["metric"]): r for r in third["diff"]}
     assert rows[("(overall)", "risk")]["status"] == "regressed"
-    assert rows[("span_nonadaptive", "risk")]["baseline"] == "low"
+    assert rows[("(overall)", "verdict")]["baseline"] == "inconclusive"
+    assert rows[("span_nonadaptive", "risk")]["baseline"] != "high"
     assert rows[("span_nonadaptive", "risk")]["scan"] == "high"
     from mlflow.tracking import MlflowClient
 
