@@ -88,8 +88,10 @@ def check_files(s: Any) -> None:
         if fmt == "onnx" and s.interface.kind != "prediction" and s.victim.endpoint is None:
             raise BadInput(f"interface.kind: {s.interface.kind} needs input gradients or weights, which "
                            "an ONNX model does not give; allowed with ONNX: prediction")
-    if d.dataset == "npz" and not Path(d.path).is_file():
-        raise BadInput(f"victim.data.path: {d.path} not found (an .npz file)")
+    if d.dataset == "npz":
+        from victims.data.datasets import check_npz
+
+        check_npz(d.path)
     if d.dataset == "idx" and not Path(d.path).is_dir():
         raise BadInput(f"victim.data.path: {d.path} is not a folder of IDX files")
 

@@ -72,7 +72,7 @@ class DataSpec(Strict):
     n_test: int | None = Field(default=None, ge=1, le=MAX_COUNT)
     attacker_pool: int = Field(default=200, ge=0, le=MAX_COUNT)
     task: Literal["multiclass", "binary", "regression"] | None = None
-    classes: list[Annotated[int, Field(ge=0, le=100_000)]] | None = Field(default=None, min_length=2,
+    classes: list[Annotated[int, Field(ge=0, le=100_000)]] | None = Field(default=None,
                                                                           max_length=100_000)
     labels: Literal["victim", "teacher"] = "teacher"
     standardize: Literal["none", "standard", "minmax", "center", "minmax_center"] = "standard"
@@ -86,7 +86,9 @@ class DataSpec(Strict):
     @classmethod
     def _distinct(cls, v: list[int] | None) -> list[int] | None:
         if v is not None and len(set(v)) != len(v):
-            raise ValueError("classes must be distinct")
+            raise ValueError(f"{v} lists a class twice")
+        if v is not None and len(v) < 2:
+            raise ValueError(f"{v} selects one class; a classifier needs at least two")
         return v
 
     @model_validator(mode="after")

@@ -140,11 +140,12 @@ def test_validate_fails_on_files_that_do_not_exist(tmp_path):
     model["victim"]["model"] = {"arch": "file", "path": "missing.safetensors"}
     (tmp_path / "m.yaml").write_text(yaml.safe_dump(model))
     res = leakmeter("validate", str(tmp_path / "m.yaml"))
-    assert res.exit_code == 2 and "victim.model.path" in res.stderr and "no such file" in res.stderr
+    assert res.exit_code == 2 and "victim.model.path" in res.stderr and "not found" in res.stderr
     data = make_scenario()
     data["victim"]["data"] = {"dataset": "npz", "path": "nowhere.npz"}
     (tmp_path / "d.yaml").write_text(yaml.safe_dump(data))
     res = leakmeter("validate", str(tmp_path / "d.yaml"))
-    assert res.exit_code == 2 and "victim.data.path" in res.stderr and "no such file" in res.stderr
-    (tmp_path / "nowhere.npz").write_bytes(b"")  # present (its contents are run's business): valid
-    assert leakmeter("validate", str(tmp_path / "d.yaml")).exit_code == 0
+    assert res.exit_code == 2 and "victim.data.path" in res.stderr and "not found" in res.stderr
+    (tmp_path / "nowhere.npz").write_bytes(b"")  # present but unreadable: refused, naming the key
+    res = leakmeter("validate", str(tmp_path / "d.yaml"))
+    assert res.exit_code == 2 and "victim.data.path" in res.stderr

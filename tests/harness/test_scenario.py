@@ -1,5 +1,6 @@
 """Scenario validation: one-line errors naming file, key path and what is allowed."""
 
+import numpy as np
 import pytest
 import yaml
 from conftest import make_scenario
@@ -116,7 +117,8 @@ def test_set_none_turns_a_section_off_as_the_grid_does():
 def test_relative_paths_resolve_from_scenario_folder(tmp_path):
     data = make_scenario()
     data["victim"]["data"] = {"dataset": "npz", "path": "arrays.npz"}
-    (tmp_path / "arrays.npz").write_bytes(b"")  # files a scenario names must exist at load
+    z = np.zeros((4, 2))  # files a scenario names must exist and be readable at load
+    np.savez(tmp_path / "arrays.npz", x_train=z, y_train=z[:, 0], x_test=z, y_test=z[:, 0])
     s = load_scenario(write(tmp_path, data))
     assert s.victim.data.path == str((tmp_path / "arrays.npz").resolve())
 

@@ -110,13 +110,24 @@ def test_fashion_mnist_loads_from_debian_package():
 @pytest.mark.parametrize("classes, says", [
     ([0, 99], "victim.data.classes: [99] not among the labels of digits (0..9)"),
     ([12, 13], "victim.data.classes: [12, 13] not among the labels of digits (0..9)"),
-    ([3], "victim.data.classes: [3] selects one class; a classifier needs at least two"),
-    ([1, 1], "victim.data.classes: [1, 1] lists a class twice"),
 ])
 def test_bad_classes_say_what_is_wrong_with_them(classes, says):
     with pytest.raises(BadInput) as exc:
         load_dataset(DataSpec(dataset="digits", classes=classes, n_train=50), 0)
     assert str(exc.value).startswith(says)
+
+
+@pytest.mark.parametrize("classes, says", [
+    ([3], "victim.data.classes: [3] selects one class; a classifier needs at least two"),
+    ([1, 1], "victim.data.classes: [1, 1] lists a class twice"),
+])
+def test_classes_that_cannot_make_a_classifier_are_refused_when_read(classes, says):
+    from harness.scenario import scenario_from_dict
+
+    data = {"name": "c", "victim": {"data": {"dataset": "digits", "classes": classes}}}
+    with pytest.raises(BadInput) as exc:
+        scenario_from_dict(data, "s.yaml")
+    assert str(exc.value).startswith(f"s.yaml: {says}")
 
 
 def test_too_large_n_train_names_the_value_asked_for_and_the_most_possible():

@@ -118,22 +118,34 @@ def _sklearn(name: str) -> tuple[np.ndarray, np.ndarray, tuple[int, ...], str]:
     return b.data.astype(np.float64), b.target.astype(np.float64), (10,), "regression"
 
 
-def _npz(path: str) -> tuple[np.ndarray, ...]:
+NPZ_ARRAYS = ("x_train", "y_train", "x_test", "y_test")
+
+
+def check_npz(path: str | Path) -> None:
+    """BadInput unless `path` is a readable .npz holding the arrays leakmeter needs (reads only
+    the archive's directory, not the arrays)."""
     p = Path(path)
     if not p.is_file():
-        raise BadInput(f"victim.data.path: {p} not found")
+        raise BadInput(f"victim.data.path: {p} not found (an .npz file)")
     try:
         with np.load(p, allow_pickle=False) as z:
-            missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in z]
-            if missing:
-                raise BadInput(
-                    f"victim.data.path: {p} lacks arrays {missing}; "
-                    "needs x_train, y_train, x_test, y_test"
-                )
+            missing = [k for k in NPZ_ARRAYS if k not in z]
+    except (ValueError, OSError, EOFError) as exc:
+        raise BadInput(f"victim.data.path: {p} is not a readable .npz ({exc})") from None
+    if missing:
+        raise BadInput(f"victim.data.path: {p} lacks arrays {missing}; "
+                       "needs x_train, y_train, x_test, y_test")
+
+
+def _npz(path: str) -> tuple[np.ndarray, ...]:
+    p = Path(path)
+    check_npz(p)
+    try:
+        with np.load(p, allow_pickle=False) as z:
             pool = ((np.asarray(z["x_pool"]), np.asarray(z["y_pool"]))  # the attacker's own data
                     if "x_pool" in z and "y_pool" in z else None)
-            return (*(np.asarray(z[k]) for k in ("x_train", "y_train", "x_test", "y_test")), pool)
-    except (ValueError, OSError) as exc:
+            return (*(np.asarray(z[k]) for k in NPZ_ARRAYS), pool)
+    except (ValueError, OSError, EOFError) as exc:
         raise BadInput(f"victim.data.path: {p} is not a readable .npz ({exc})") from None
 
 
