@@ -33,7 +33,7 @@ def test_gradient_api_recovers_the_exact_span(tmp_path, tracking_uri):
     rep = run(tmp_path, tracking_uri)
     a = span_entry(rep)
     m = a["metrics"]
-    assert a["status"] == "ok" and a["outcome"] == "ok"
+    assert a["status"] == "ok" and a["stopped_by"] is None
     assert m["recovered_rank"] == m["true_rank"] == 16
     assert m["max_principal_angle_deg"] < 0.01 and m["min_energy_in_span"] > 1 - 1e-9
     assert a["risk"] == "high" and rep["verdict"] == "fail" and rep["risk"] == "high"

@@ -85,7 +85,7 @@ def scores_artifact(scores: torch.Tensor, n_eval: int, ctx, metrics: dict[str, f
     if curves:
         art.data["roc_scores"] = {k: v.detach().double().cpu().numpy() for k, v in curves.items()}
     if len(s) < n_eval:
-        art.outcome, art.stopped_by = "partial", "budget"
+        art.stopped_by = "budget"
         art.reason = f"the query budget paid for {len(s)} of {n_eval} evaluation points"
         art.progress = f"{len(s)} of {n_eval} points scored"
     return art

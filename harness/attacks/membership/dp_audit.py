@@ -110,9 +110,9 @@ class DpAudit(Attack):
         if claim is None:
             metrics.pop("epsilon_claimed")
         art = Artifact("dp_audit", data=data, metrics=metrics, notes=notes)
-        partial = next((a for a in runs.values() if a.outcome == "partial"), None)
+        partial = next((a for a in runs.values() if a.stopped_by is not None), None)
         if partial is not None:
-            art.outcome, art.reason, art.stopped_by = "partial", partial.reason, partial.stopped_by
+            art.reason, art.stopped_by = partial.reason, partial.stopped_by
         return art
 
     @staticmethod

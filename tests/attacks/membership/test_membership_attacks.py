@@ -148,8 +148,8 @@ def test_label_only_api_gets_the_gap_attack(tmp_path):
 def test_budget_stops_scoring_partway_and_says_so(tmp_path):
     rep = _run(tmp_path, DIGITS, [{"name": "mia_loss"}], defenses={"query_budget": 150})
     a = rep["attacks"][0]
-    assert a["status"] == "ok" and a["outcome"] == "partial" and a["queries"] == 150
-    assert a["metrics"]["evaluated"] == 150 and "150 of 400" in a["outcome_reason"]
+    assert a["status"] == "ok" and a["stopped_by"] == "budget" and a["queries"] == 150
+    assert a["metrics"]["evaluated"] == 150 and "150 of 400" in a["reason"]
 
 
 def test_non_private_model_claiming_eps_0_1_is_caught(tmp_path):
