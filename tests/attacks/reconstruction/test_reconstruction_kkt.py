@@ -117,19 +117,23 @@ def test_kkt_runs_and_reports(tmp_path):
 @pytest.mark.slow
 def test_circle_toy_points_recovered_like_paper_fig2(tmp_path):
     """Paper 002 Fig. 2: n = 20 points on the unit circle, m = 100 candidates; each training
-    point has a candidate within 0.05 (checked here against the npz's own points)."""
-
+    point has a candidate within 0.05 — on most attacker seeds (the random search over restarts
+    is the attacker's). The held-out points lie on the same circle and the candidates reach them
+    as well, so the exact test finds no evidence that members are special: never `high`."""
     import numpy as np
 
     from harness.scenario import load_scenario
 
-    root = REPO
-    s = load_scenario(root / "scenarios" / "reconstruction-kkt-circle.yaml",
-                      ["tracking.enabled=false"])
-    rep = run_scenario(s, out=tmp_path / "o")
-    (a,) = rep["attacks"]
-    assert a["status"] == "ok" and a["metrics"]["success_rate_eta"] >= 0.9
-    with np.load(root / "scenarios" / "data" / "circle20.npz") as z:
+    rates = []
+    for seed in (1, 2, 3):
+        s = load_scenario(REPO / "scenarios" / "reconstruction-kkt-circle.yaml",
+                          ["tracking.enabled=false", f"attacker.seed={seed}"])
+        (a,) = run_scenario(s, out=tmp_path / str(seed))["attacks"]
+        assert a["status"] == "ok" and a["risk"] != "high", a["reason"]
+        assert a["metrics"]["control_hits"] >= a["metrics"]["hits"] - 5  # non-members reachable
+        rates.append(a["metrics"]["success_rate_eta"])
+    assert sum(r >= 0.9 for r in rates) >= 2 and min(rates) >= 0.7, rates
+    with np.load(REPO / "scenarios" / "data" / "circle20.npz") as z:
         pts = z["x_train"]
     assert np.allclose(np.linalg.norm(pts, axis=1), 1.0, atol=1e-9) and len(pts) == 20
 

@@ -6,6 +6,7 @@ from conftest import make_scenario
 
 from harness.runner import run_scenario
 from harness.scenario import Scenario
+from victims.data.datasets import fashion_mnist_dir
 
 DIGITS = {
     "model": {"arch": "mlp", "hidden": [32]},
@@ -84,6 +85,7 @@ def test_regression_victims_are_skipped(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(fashion_mnist_dir() is None, reason="Debian's dataset-fashion-mnist is not installed")
 def test_fashion_mnist_obfuscation(tmp_path):
     victim = {"model": {"arch": "mlp", "hidden": [80, 40]},
               "data": {"dataset": "fashion_mnist", "n_train": 5000, "n_test": 1000,
