@@ -90,9 +90,10 @@ def gap_at(s: torch.Tensor, r: int) -> float:
     return float(s[r - 1] / s[r]) if float(s[r]) > 0 else float("inf")
 
 
-def gap_rank(s: torch.Tensor, rtol: float, min_gap: float, floor: float = 0.0
+def gap_rank(s: torch.Tensor, rtol: float, min_gap: float, floor: float = 0.0, dim: int | None = None
              ) -> tuple[int, float, str]:
-    """(rank, gap, how): every row while each adds a dimension ("rows": no gap to read yet);
+    """(rank, gap, how): every row while there are fewer rows than the `dim` dimensions they
+    live in and each adds one ("rows": no gap to read yet);
     else the numerical rank at rtol (and above the noise floor) when its gap is clear ("rtol");
     else the largest clear gap higher in the spectrum ("largest_gap"); else rtol's rank
     ("unclear"). With a noise floor (finite differences) and values below it, a single dominant
@@ -108,7 +109,7 @@ def gap_rank(s: torch.Tensor, rtol: float, min_gap: float, floor: float = 0.0
             best, nxt = float(ratios.values[0]), float(ratios.values[1]) if len(top) > 2 else 1.0
             if best >= 4 and best >= 2 * nxt:
                 return int(ratios.indices[0]) + 1, best, "noise_gap"
-    if 0 < r == len(s):
+    if 0 < r == len(s) and dim is not None and len(s) < dim:
         return r, 0.0, "rows"
     g = gap_at(s, r)
     if r == 0 or g >= min_gap:
@@ -178,13 +179,14 @@ class SpanNonAdaptive(Attack):
             rows, last = torch.cat([rows, new]), len(new)
             floor_of = self._floor_of(noise, step, float(g.abs().amax(1).median()), d)
             u, s, vh, along = self._spectrum(rows, fd)
-            r, gap, how = gap_rank(s, params.rtol, params.min_gap, floor_of(len(rows)))
-            drop = lone_points(rows, per_row, u, r, lambda m, f=floor_of: gap_rank(
-                self._spectrum(m, fd)[1], params.rtol, params.min_gap, f(len(m)))[0]) if fd else []
+            room = d - 1 if fd else d  # finite differences: the rank is read on 1⊥
+            r, gap, how = gap_rank(s, params.rtol, params.min_gap, floor_of(len(rows)), room)
+            drop = lone_points(rows, per_row, u, r, lambda m, f=floor_of, k=room: gap_rank(
+                self._spectrum(m, fd)[1], params.rtol, params.min_gap, f(len(m)), k)[0]) if fd else []
             if drop:  # a step crossed a kink there: those rows are no gradients
                 (rows, last), lone = self._drop(rows, per_row, drop, last), lone + len(drop)
                 u, s, vh, along = self._spectrum(rows, fd)
-                r, gap, how = gap_rank(s, params.rtol, params.min_gap, floor_of(len(rows)))
+                r, gap, how = gap_rank(s, params.rtol, params.min_gap, floor_of(len(rows)), room)
             if fd and r >= d - 1:  # all of 1⊥: the whole input space as far as rows can tell
                 r = d
             spectra.append(s)
@@ -237,13 +239,12 @@ class SpanNonAdaptive(Attack):
             art.stopped_by = "precision"
             art.reason = (f"no clear spectral gap (σ_r/σ_r+1 = {gap:.3g} < {params.min_gap}): "
                           "outputs are noisy or rounded, the rank estimate is unreliable")
-        elif resid > params.max_heldout_residual:
+        elif resid > params.max_heldout_residual and not (len(ranks) > 1 and ranks[-1] > ranks[-2]):
+            # the rank stood still, yet fresh gradients leave the span: noise, not growth
             art.stopped_by = "precision"
-            grew = len(ranks) > 1 and ranks[-1] > ranks[-2]
-            art.reason = (f"the last {last} gradient rows keep {resid:.2g} of their energy "
-                          "outside the span of the earlier ones: "
-                          + ("the rank is still growing (more samples may leak more)" if grew else
-                             "the answers are noisy or rounded, the subspace is unreliable"))
+            art.reason = (f"the last {last} gradient rows keep {resid:.2g} of their energy outside "
+                          "the span of the earlier ones: the answers are noisy or rounded, the "
+                          "subspace is unreliable")
         elif oracle.remaining is not None and samples < max_samples and not stopped:
             art.stopped_by = "budget"
             art.reason = f"budget exhausted after {samples} gradient points (rank still growing?)"

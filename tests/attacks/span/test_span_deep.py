@@ -62,10 +62,12 @@ def test_fig1_thin_deep_net_is_partial_but_inside_the_span(tmp_path):
 
 
 def test_small_explanation_noise_rank_read_at_the_gap(tmp_path):
+    """Explanation noise whose singular values lie above rtol = 1e-5 of the largest (σ = 1e-5;
+    at 1e-6 they straddle rtol, and whether the gap rule is needed depends on the draw)."""
     victim = gaussian_victim([16], dim=48)
     victim["data"]["task"] = "multiclass"
     a = span(tmp_path, victim, interface={"kind": "gradient", "output": "probabilities"},
-             defenses={"explanation_noise": {"sigma": 1e-6}})
+             defenses={"explanation_noise": {"sigma": 1e-5}})
     m = a["metrics"]
     assert m["recovered_rank"] == m["true_rank"] == 16 and m["max_principal_angle_deg"] < 0.1
     assert any("largest spectral gap" in n for n in a["notes"])
