@@ -152,7 +152,10 @@ def test_finite_difference_exact_under_rounding_is_judged_by_its_model(tmp_path)
                               defenses={"rounding": {"decimals": 3}}, params={"max_lines": 2}),
                    tmp_path)
     assert r.stopped_by == "precision", r.reason
-    assert (r.risk == "high") == (r.metrics["output_error"] <= 1e-2), r.metrics
+    if "output_error" in r.metrics:
+        assert (r.risk == "high") == (r.metrics["output_error"] <= 1e-2), r.metrics
+    else:  # no kink rose above the rounding on these lines: nothing to score, and not a pass
+        assert r.status == "incomplete" and r.risk is None, r
 
 
 @pytest.mark.parametrize("seed", [0, 1])
