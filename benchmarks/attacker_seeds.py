@@ -3,7 +3,8 @@
 The runner draws every attack's randomness from the attacker's own seed (`attacker.seed`, else a
 stream derived from the scenario's seed). A test that passes for one attacker seed only shows a
 lucky draw; this script runs the given tests once per seed, with the runner's attacker seed
-fixed to that seed, and prints how often each test passed.
+fixed to that seed (where the test does not declare its own), and prints how often each test
+passed.
 
     python benchmarks/attacker_seeds.py [--seeds 10] [--tree PATH] [--] PYTEST-ARGS...
 
@@ -31,7 +32,9 @@ import pytest
 def _fixed_attacker_seed(monkeypatch):
     import harness.runner as runner
     seed = int(os.environ["LEAKMETER_ATTACKER_SEED"])
-    monkeypatch.setattr(runner, "attacker_run_seed", lambda s: seed)
+    declared = runner.attacker_run_seed  # a test that declares attacker.seed keeps it
+    monkeypatch.setattr(runner, "attacker_run_seed",
+                        lambda s: declared(s) if s.attacker.seed is not None else seed)
 '''
 
 

@@ -10,19 +10,25 @@ intercept) pairs of intervals are candidate neurons; LEARNFROMQUERIES (Alg. 4) f
 by least squares over [ReLU(ŵⱼ·x − b̂ⱼ), x, 1] on Gaussian queries.
 
 Practical choices instead of the theory's constants (documented, not required by the paper):
-- the partition is sinh-spaced on [−span, span] (`intervals` pieces): short pieces near 0,
-  where most critical points of a Gaussian line lie, long ones in the Cauchy tails; unless
-  given, both are chosen from what the line shows: more than 1 in 8 pieces with a kink (two
-  kinks in one piece lose a neuron: many neurons, k > d) doubles the pieces, a kink in an end
-  piece (large biases push kinks out) quadruples the span, and the line is searched again
-  (its candidates dropped);
+- the partition is sinh-spaced on [−span, span] (`intervals` pieces, 200): short pieces near 0,
+  where most critical points of a Gaussian line lie, long ones in the Cauchy tails. Unless
+  `intervals` is given, the kinks are then isolated locally (harness/attacks/extraction/
+  line_pieces.py): a kinked piece that may hold two kinks (next to another kinked piece, or
+  whose clean neighbours' affine maps do not meet at one kink inside it — one value query) is
+  halved, so neighbouring clean pieces differ by one neuron (many neurons, k > d, crowd the
+  pieces: a fixed partition loses them). A kink in an end piece (large biases push kinks out)
+  quadruples the span, and the line is searched again;
 - α = `alpha`·max(1, |x|) (1e-6: below any realistic distance to a kink, above rounding);
 - intervals whose chord slope disagrees with ∇·v contain a kink and are dropped (GETBIAS is
   only valid inside a linear piece); candidates are differences of *neighbouring* clean
   intervals (the paper forms all m(m−1) pairs and filters them by the bounds (5); neighbours
   already contain one neuron per critical point and keep the regression small);
-- `lines` independent lines, union of candidates, near-duplicates merged;
-- the regression uses `fit_factor`·(#features) Gaussian queries, plain least squares.
+- `lines` independent lines, union of candidates, near-duplicates merged; then more lines (up
+  to `max_lines`) while the fit misses 32 fresh answers by more than their own noise allows
+  (normalised loss above max(`exact_loss`, 100·(σ/|F|)²), σ estimated from the answers),
+  until two lines in a row add no unit;
+- the regression uses `fit_factor`·(#features) Gaussian queries, plain least squares (the
+  answers of earlier fits and checks are reused).
 Multi-output victims: every output shares the neurons; the regression has K targets (from
 probabilities, centred logits). Noisy outputs blur the neurons; the fit then degrades and the
 attacker-side `self_check_loss` on fresh queries says so.

@@ -22,11 +22,18 @@ unclear but a clear gap (≥ `min_gap`) lies higher up, the rank is read there; 
 clear anywhere the attack ends with `stopped_by: precision` and the subspace it has (scored as
 usual). The subspace so far is kept (`ctx.keep`) after every round.
 
-The d forward differences of one point share its base answer F(x), so that answer's error enters
-every column of the point's rows alike: a rank-one term along the all-ones direction 1, of size
-σ/s·√(rows·d), which outgrows any i.i.d. floor and reads as one spurious extra dimension. The rank
-is therefore read on the rows projected onto 1⊥, and the span is lifted back from there by least
-squares over all rows (`lift_from_ones_complement`), which averages the base errors out.
+Finite differences carry two errors exact gradients do not (harness/attacks/span/fd_spectrum.py):
+the d differences of one point share its base answer F(x), whose error is a rank-one term along
+the all-ones direction that reads as one spurious extra dimension (the rank is read on 1⊥ and the
+span lifted back by least squares); and a step that crosses a ReLU kink makes that point's rows
+no gradient at all. Each point is probed once more along a random direction (its d + 2 answers
+must come from one linear piece, within 30σ, `kink_tol`), and a point whose rows alone carry a
+direction is dropped. Points dropped are reported (`kinked_points`).
+
+Stopping reads the whole rank curve again at the latest gap: with as many rows as the rank, the
+smallest true singular value can sit far below `rtol` (a nearly square random matrix), a dip
+that is not growth once more rows show the gap. While there are fewer rows than dimensions and
+every row adds one, the rank is still growing ("rows"), not unclear.
 """
 
 from __future__ import annotations
