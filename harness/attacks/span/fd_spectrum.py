@@ -10,7 +10,9 @@ not:
   rows projected onto 1⊥ (`without_ones`), and the span lifted back by least squares over all rows
   (`lift_from_ones_complement`), which averages the base errors out;
 - a step that crossed a ReLU kink: that point's rows are not gradients of one linear piece, and
-  their error is a direction of its own that no other point shares (`lone_points`).
+  their error is a direction of its own that no other point shares (`lone_points`). Such a
+  point is set aside, not thrown away: a unit active at one point only also looks like that,
+  and its point comes back as soon as another point shows the same direction (`readmit`).
 """
 
 from __future__ import annotations
@@ -76,3 +78,19 @@ def lone_points(rows: torch.Tensor, per_point: int, u: torch.Tensor, r: int,
             out.append(p)
             r = without
     return out
+
+
+def readmit(rows: torch.Tensor, aside: torch.Tensor, per_point: int, r: int,
+            rank_of: Callable[[torch.Tensor], int]) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(rows, points still aside, points back): a point set aside comes back (its rows placed
+    first) when adding it leaves the rank at r, i.e. another point now shows its direction."""
+    if not len(aside):
+        return rows, aside, 0
+    d = rows.shape[1]
+    pts = aside.reshape(-1, per_point, d)
+    back = torch.tensor([rank_of(torch.cat([rows, p])) <= r for p in pts], dtype=torch.bool,
+                        device=rows.device)
+    if not bool(back.any()):
+        return rows, aside, 0
+    return (torch.cat([pts[back].reshape(-1, d), rows]), pts[~back].reshape(-1, d),
+            int(back.sum()))

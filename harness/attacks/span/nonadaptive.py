@@ -50,7 +50,13 @@ from harness.attacks.gradients import (
     gradient_rows,
     probed_fd_gradients,
 )
-from harness.attacks.span.fd_spectrum import lift_from_ones_complement, lone_points, noise_floor, without_ones
+from harness.attacks.span.fd_spectrum import (
+    lift_from_ones_complement,
+    lone_points,
+    noise_floor,
+    readmit,
+    without_ones,
+)
 from harness.errors import AssumptionViolated, PrecisionLimit
 
 
@@ -167,7 +173,8 @@ class SpanNonAdaptive(Attack):
         ranks: list[int] = []
         seen: list[int] = []
         spectra: list[torch.Tensor] = []
-        samples, stalled, path, how, gap, kinked, lone, last = 0, 0, "explain", "rtol", 0.0, 0, 0, 0
+        samples, stalled, path, how, gap, kinked, last = 0, 0, "explain", "rtol", 0.0, 0, 0
+        aside = rows.new_zeros(0, d)
         s = torch.zeros(0, dtype=torch.float64)
         basis = torch.zeros(0, d, dtype=torch.float64)
         bar = ctx.progress("span: gradient samples", max_samples) if ctx.progress else None
@@ -188,12 +195,14 @@ class SpanNonAdaptive(Attack):
             u, s, vh, along = self._spectrum(rows, fd)
             room = d - 1 if fd else d  # finite differences: the rank is read on 1⊥
             r, gap, how = gap_rank(s, params.rtol, params.min_gap, floor_of(len(rows)), room)
-            drop = lone_points(rows, per_row, u, r, lambda m, f=floor_of, k=room: gap_rank(
-                self._spectrum(m, fd)[1], params.rtol, params.min_gap, f(len(m)), k)[0]) if fd else []
-            if drop:  # a step crossed a kink there: those rows are no gradients
-                (rows, last), lone = self._drop(rows, per_row, drop, last), lone + len(drop)
-                u, s, vh, along = self._spectrum(rows, fd)
-                r, gap, how = gap_rank(s, params.rtol, params.min_gap, floor_of(len(rows)), room)
+            if fd:  # points whose rows alone carry a direction (a step over a kink) wait aside
+                def rank_of(m, f=floor_of, k=room):
+                    return gap_rank(self._spectrum(m, True)[1], params.rtol, params.min_gap, f(len(m)), k)[0]
+
+                rows, aside, last, moved = self._aside(rows, aside, per_row, last, r, how, rank_of)
+                if moved:
+                    u, s, vh, along = self._spectrum(rows, fd)
+                    r, gap, how = gap_rank(s, params.rtol, params.min_gap, floor_of(len(rows)), room)
             if fd and r >= d - 1:  # all of 1⊥: the whole input space as far as rows can tell
                 r = d
             spectra.append(s)
@@ -209,6 +218,7 @@ class SpanNonAdaptive(Attack):
                 break
         if bar:
             bar.close()
+        lone = len(aside) // max(per_row, 1) if len(aside) else 0
         kinked += lone
         if not len(rows) and kinked:
             empty = Artifact("subspace", data={"basis": torch.zeros(0, d, dtype=torch.float64)},
@@ -279,13 +289,26 @@ class SpanNonAdaptive(Attack):
         return lambda rows: noise_floor(noise, step, x_inf, rows, d) if noise is not None else 0.0
 
     @staticmethod
-    def _drop(rows: torch.Tensor, per_row: int, points: list[int], last: int) -> tuple[torch.Tensor, int]:
-        """Rows without those of `points`, and how many of the last round's rows remain."""
-        keep = torch.ones(len(rows) // per_row, dtype=torch.bool, device=rows.device)
-        keep[points] = False
+    def _aside(rows, aside, per_row, last, r, how, rank_of):
+        """(rows, rows aside, rows of the last round left, whether any point moved): points set
+        aside come back once another point shows their direction; then, while the rank is not
+        merely counting rows, points whose rows alone carry a direction are set aside."""
+        rows, aside, back = readmit(rows, aside, per_row, r, rank_of)
+        if back:
+            r = rank_of(rows)
+        if how == "rows" or len(rows) // per_row <= r:  # every point still adds dimensions
+            return rows, aside, last, bool(back)
+        u = torch.linalg.svd(without_ones(rows)[0], full_matrices=False)[0]
+        drop = lone_points(rows, per_row, u, r, rank_of)
+        if not drop:
+            return rows, aside, last, bool(back)
+        pts = rows.reshape(-1, per_row, rows.shape[1])
+        keep = torch.ones(len(pts), dtype=torch.bool, device=rows.device)
+        keep[drop] = False
         first_new = (len(rows) - last) // per_row
-        return (rows.reshape(-1, per_row, rows.shape[1])[keep].reshape(-1, rows.shape[1]),
-                int(keep[first_new:].sum()) * per_row)
+        d = rows.shape[1]
+        return (pts[keep].reshape(-1, d), torch.cat([aside, pts[~keep].reshape(-1, d)]),
+                int(keep[first_new:].sum()) * per_row, True)
 
     @staticmethod
     def _spectrum(rows: torch.Tensor, fd: bool):

@@ -7,7 +7,7 @@ import torch
 from attack_direct import run_direct
 from conftest import make_scenario
 
-from harness.attacks.span.fd_spectrum import lift_from_ones_complement, lone_points, without_ones
+from harness.attacks.span.fd_spectrum import lift_from_ones_complement, lone_points, readmit, without_ones
 from harness.attacks.span.nonadaptive import gap_rank
 from harness.scenario import Scenario
 from harness.scoring.subspace import compare_subspaces
@@ -61,6 +61,36 @@ def test_a_point_whose_step_crossed_a_kink_is_dropped_and_no_true_direction():
     rare[-2 * per:] = torch.randn(2 * per, 1, generator=g, dtype=torch.float64) * extra
     u, s, vh = torch.linalg.svd(rare, full_matrices=False)
     assert rank(rare) == 7 and lone_points(rare, per, u, 7, rank) == []
+
+
+def test_a_point_set_aside_comes_back_once_another_shows_its_direction():
+    """A unit active at one point only looks like a kink; its point waits aside and returns
+    when a second point shows the same direction."""
+    rows, basis, g = _span_rows(points=30, per=5)
+    per, d = 5, 30
+    extra = torch.randn(d, generator=g, dtype=torch.float64)
+
+    def point_with_extra():
+        return torch.randn(per, 6, generator=g, dtype=torch.float64) @ basis + \
+            torch.randn(per, 1, generator=g, dtype=torch.float64) * extra
+
+    def rank(m):
+        return gap_rank(torch.linalg.svdvals(m), 1e-5, 100.0, 0.0, d)[0]
+
+    a, b = point_with_extra(), point_with_extra()
+    with_a = torch.cat([rows, a])
+    u = torch.linalg.svd(with_a, full_matrices=False)[0]
+    assert lone_points(with_a, per, u, 7, rank) == [30]  # alone: set aside
+    with_b = torch.cat([rows, b])
+    back_rows, still, n = readmit(with_b, a, per, rank(with_b), rank)
+    assert n == 1 and len(still) == 0 and rank(back_rows) == 7
+    u = torch.linalg.svd(back_rows, full_matrices=False)[0]
+    assert lone_points(back_rows, per, u, 7, rank) == []
+    # a kinked point's own direction is never shown by another: it stays aside
+    kinked = rows[:per].clone()
+    kinked[:, 3] += 0.5
+    _, still, n = readmit(with_b, kinked, per, rank(with_b), rank)
+    assert n == 0 and len(still) == per
 
 
 @pytest.mark.parametrize("seed,attacker", [(1, 0), (1, 4), (3, 9)])
