@@ -139,32 +139,14 @@ def finite_difference_gradients(oracle, x: torch.Tensor, step: float | None = No
     Two batched predict calls, N·(d+1) queries: the points, then each point plus `step`·e_j
     (relative to max(1, |x|∞) of each point). `step=None` uses 1e-3.
     """
-    return probed_fd_gradients(oracle, x, step)[0]
-
-
-def probed_fd_gradients(oracle, x: torch.Tensor, step: float | None = None,
-                        probes: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Forward-difference gradients G (N, K', d) as `finite_difference_gradients`, and with
-    unit `probes` δ (N, d) one more query per point checking that its d + 1 answers come from
-    one linear piece: mismatch (N,) = maxₖ |F(x + hδ) − F(x) − h·Gδ|, the answers' noise alone
-    (≈ 2σ) inside a piece, the size of a unit's pre-activation change where a step crossed a
-    kink (paper 003 Lemma 3.2 assumes no crossing)."""
     n, d = x.shape
     base = logit_signals(oracle.predict(x), oracle.output)
     step = 1e-3 if step is None else step
     eye = torch.eye(d, dtype=x.dtype, device=x.device)
     h = step * x.abs().amax(dim=1).clamp_min(1.0)
     shifted = (x[:, None, :] + h[:, None, None] * eye[None]).reshape(n * d, d)
-    if probes is not None:
-        shifted = torch.cat([shifted, x + h[:, None] * probes])
-    answers = logit_signals(oracle.predict(shifted), oracle.output)
-    moved = answers[: n * d].reshape(n, d, -1)
-    g = ((moved - base[:, None, :]) / h[:, None, None]).permute(0, 2, 1)
-    if probes is None:
-        return g, None
-    predicted = h[:, None] * torch.einsum("nkd,nd->nk", g, probes)
-    mismatch = (answers[n * d:] - base - predicted).abs().amax(dim=1)
-    return g, mismatch
+    moved = logit_signals(oracle.predict(shifted), oracle.output).reshape(n, d, -1)
+    return ((moved - base[:, None, :]) / h[:, None, None]).permute(0, 2, 1)
 
 
 def gradient_rows(oracle, x: torch.Tensor, fd_step: float | None) -> tuple[torch.Tensor, str]:
@@ -175,6 +157,6 @@ def gradient_rows(oracle, x: torch.Tensor, fd_step: float | None) -> tuple[torch
     return g.reshape(-1, g.shape[-1]), "finite_differences"
 
 
-def cost_per_point(oracle, probed: bool = False) -> int:
-    """Queries one gradient point costs on this API (`probed`: plus one linearity probe)."""
-    return 1 if oracle.offers("explain") else fd_cost(oracle.info.dim) + int(probed)
+def cost_per_point(oracle) -> int:
+    """Queries one gradient point costs on this API."""
+    return 1 if oracle.offers("explain") else fd_cost(oracle.info.dim)
