@@ -43,12 +43,7 @@ from pydantic import Field
 
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
-from harness.attacks.gradients import (
-    cost_per_point,
-    estimate_noise,
-    fd_step,
-    gradient_rows,
-)
+from harness.attacks.gradients import cost_per_point, estimate_noise, fd_step, gradient_rows
 from harness.attacks.span.fd_spectrum import (
     lift_from_ones_complement,
     lone_points,
