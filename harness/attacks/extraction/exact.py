@@ -18,9 +18,9 @@ import torch
 
 from harness.attacks.base import Artifact
 from harness.attacks.extraction import relu_lines as rl
-from harness.attacks.extraction.plane_refine import refine_planes
+from harness.attacks.extraction.plane_refine import refine_planes, relocate_offsets
 from harness.attacks.gradients import AnswerNoise, estimate_noise
-from harness.errors import AssumptionViolated
+from harness.errors import AssumptionViolated, PrecisionLimit
 
 FINE_T = 1e-9  # gradient brackets are bisected to this relative width (below float32 resolution)
 
@@ -65,14 +65,15 @@ def verify_planes(oracle, n: torch.Tensor, b: torch.Tensor, delta: torch.Tensor,
     return ok, mean
 
 
-def find_planes(oracle, line, grid, p, search, noise: AnswerNoise, tol: float):
+def find_planes(oracle, line, grid, p, search, noise: AnswerNoise, tol: float, gen=None):
     """Candidate hyperplanes crossing one line: (normals, offsets, jump weights, raw jumps,
-    kink points)."""
+    kink points, whether each position passed its check)."""
+    sure = None
     if search == "gradients":
         k = rl.bisect_gradients(oracle, line, grid, p.eps or FINE_T, tol, p.max_units)
         if not len(k.tl):  # the gradient never changed along this line
             z = line.u.new_zeros(0, line.u.shape[-1])
-            return z, z[:, 0], z[:, 0], z, z
+            return z, z[:, 0], z[:, 0], z, z, z[:, 0].bool()
         if noise.rel < 1e-12:  # float64-clean values: intersect the affine pieces exactly
             t = rl.locate(oracle, line, k.tl, k.tr)
         else:  # the bracket is already below the answers' resolution
@@ -84,13 +85,17 @@ def find_planes(oracle, line, grid, p, search, noise: AnswerNoise, tol: float):
         k = rl.bisect_values(oracle, line, grid, p.eps or 1e-4, noise, p.max_units)
         if not len(k.tl):  # the values stayed linear along this line
             z = line.u.new_zeros(0, line.u.shape[-1])
-            return z, z[:, 0], z[:, 0], z, z
-        t = rl.locate(oracle, line, k.tl, k.tr, k.left, k.right)
-        normals = jacobian_jumps(oracle, line, t, noise, getattr(p, "fd_step", 1e-5))
+            return z, z[:, 0], z[:, 0], z, z, z[:, 0].bool()
+        if noise.rel < 1e-12:  # float64-clean values: the position is checked (one query)
+            t, sure = rl.locate_sure(oracle, line, k.tl, k.tr, k.left, k.right, noise)
+        else:  # coarse values: the planes are re-measured where they are (plane_refine)
+            t = rl.locate(oracle, line, k.tl, k.tr, k.left, k.right)
+        normals = jacobian_jumps(oracle, line, t, noise, getattr(p, "fd_step", 1e-5), gen)
     offsets = -(normals * line.at(t)).sum(1)
     ok = torch.isfinite(normals).all(1) & torch.isfinite(offsets) & (normals.abs().amax(1) > 0)
-    normals, offsets, x = normals[ok], offsets[ok], line.at(t)[ok]
-    return normals, offsets, rl.jump_weights(normals, line.v), normals, x
+    sure = torch.ones_like(ok) if sure is None else sure
+    normals, offsets, x, sure = normals[ok], offsets[ok], line.at(t)[ok], sure[ok]
+    return normals, offsets, rl.jump_weights(normals, line.v), normals, x, sure
 
 
 def check_tolerance(noise: AnswerNoise, given: float | None, search: str, d: int) -> float:
@@ -126,10 +131,9 @@ def extract(oracle, ctx, p, search: str) -> Artifact:
         while state.lines < p.max_lines:
             line = rl.random_line(d, ctx.gen, dev, state.start)
             state.lines += 1
-            n, b, w, jumps, at = find_planes(oracle, line, grid, p, search, noise, tol)
+            n, b, w, jumps, at, fine = find_planes(oracle, line, grid, p, search, noise, tol, ctx.gen)
             size = jumps.norm(dim=1)
             n, b = rl.canonical(n, b)
-            fine = torch.ones(len(n), dtype=torch.bool, device=dev)
             if search == "values" and noise.rel >= 1e-12 and len(n):
                 # coarse answers: re-measure the planes this line adds (not those known already)
                 new = state.novel(n, b, 0.05)
@@ -143,12 +147,15 @@ def extract(oracle, ctx, p, search: str) -> Artifact:
                 if many > 1:
                     n2, b2 = rl.canonical(mean, -(mean * at).sum(1))
                     n, b = n2, b2
-                n, b, w, fine = n[ok], b[ok], w[ok], fine[ok]
+                n, b, w, fine, at = n[ok], b[ok], w[ok], fine[ok], at[ok]
+                if many > 1 and len(n):  # the offset from a far kink carries the normal's error
+                    reach = (100 * max(tol, 1e-9) * at.norm(dim=1)).clamp(1e-3, 1.0)
+                    b = relocate_offsets(oracle, n, b, reach)
             state.add(n, b, w, fine)
             if not len(state.n):
                 state.start = None
                 continue
-            err, per = state.fit(oracle, ctx, search == "gradients" and single, noise)
+            err, per = state.fit(oracle, ctx, search == "gradients" and single, noise, check_tol)
             ctx.keep(state.artifact(oracle, search, check_tol))
             if err <= check_tol:
                 break
@@ -160,6 +167,9 @@ def extract(oracle, ctx, p, search: str) -> Artifact:
         exc.artifact = ctx.best
         raise
     if state.net is None:
+        if noise.rel >= 1e-12:  # coarse answers: a bend may hide below their noise
+            raise PrecisionLimit(f"no ReLU hyperplane rose above the answers' noise on "
+                                 f"{state.lines} line(s) ({noise.describe()})")
         raise AssumptionViolated(f"no ReLU hyperplane found on {state.lines} line(s) (the "
                                  "outputs never bent, or every change failed verification)")
     art = state.artifact(oracle, search, check_tol)
@@ -206,7 +216,7 @@ class _State:
         keep = rl.dedupe(n, b, self.dedupe_tol)
         self.n, self.b, self.w, self.fine = n[keep], b[keep], w[keep], fine[keep]
 
-    def fit(self, oracle, ctx, from_jumps: bool, noise: AnswerNoise):
+    def fit(self, oracle, ctx, from_jumps: bool, noise: AnswerNoise, check_tol: float):
         """Fit the output layer (least squares on predictions; for a one-output gradient API also
         from the gradient jumps, keeping whichever matches fresh queries better)."""
         extra = 16 if noise.rel < 1e-10 else 16 + 4 * (2 * len(self.n) + 1)
@@ -217,7 +227,10 @@ class _State:
         if from_jumps:
             alt = rl.output_from_jumps(oracle, self.n, self.b, self.w, ctx.gen)
             err2, per2 = rl.self_check(oracle, alt, self.xc)
-            if err2 < err:
+            # noisy or rounded predictions: 32 check points cannot tell the two fits apart, and
+            # the least-squares one fitted 2h + 1 coefficients to that noise where the jumps'
+            # model took only its bias from it; it is kept while it matches within the noise
+            if err2 < err or (noise.rel >= 1e-10 and err2 <= check_tol):
                 net, err, per, how = alt, err2, per2, "gradient jumps"
         self.net, self.err, self.cond, self.output_from = net, err, cond, how
         return err, per

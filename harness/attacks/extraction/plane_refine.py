@@ -112,3 +112,39 @@ def refine_planes(oracle, n: torch.Tensor, b: torch.Tensor, centers: torch.Tenso
         n = torch.where(enough[:, None], n_new * flip[:, None], n)
         b = torch.where(enough, b_new * flip, b)
     return n, b, enough
+
+
+def relocate_offsets(oracle, n: torch.Tensor, b: torch.Tensor, reach: torch.Tensor,
+                     fine: float = 1e-9, rounds: int = 60) -> torch.Tensor:
+    """Offsets of the planes n·x + b = 0 (unit n) re-measured by explained gradients at each
+    plane's foot −b·n, the point nearest the origin: the kink on the line foot + τ·n is bracketed
+    in ±`reach` (h,) and bisected (one explain query per plane and round) to `fine`·max(1, |b|).
+    A kink located far out on a search line carries the normal's error times its distance into
+    the offset; at the foot that distance is |b|. A plane keeps its offset unless the final
+    bracket holds a jump along its own normal (another plane's kink in the bracket has its own)."""
+    h = len(n)
+    if h == 0:
+        return b
+    foot = -b[:, None] * n
+    tl, tr = -reach.clone(), reach.clone()
+    g = rl.ask(oracle, torch.cat([foot + tl[:, None] * n, foot + tr[:, None] * n]), "explain")
+    gl, gr = g[:h], g[h:]
+    size = ((gr - gl) * n).sum(1).abs()
+    seen = size > 1e-3 * (gl.norm(dim=1) + gr.norm(dim=1))
+    todo = seen.clone()
+    for _ in range(rounds):
+        todo &= (tr - tl) > fine * b.abs().clamp_min(1.0)
+        i = torch.nonzero(todo).flatten()
+        if not len(i):
+            break
+        tm = (tl[i] + tr[i]) / 2
+        gm = rl.ask(oracle, foot[i] + tm[:, None] * n[i], "explain")
+        left = ((gm - gl[i]) * n[i]).sum(1).abs() > ((gr[i] - gm) * n[i]).sum(1).abs()
+        tr[i] = torch.where(left, tm, tr[i])
+        gr[i] = torch.where(left[:, None], gm, gr[i])
+        tl[i] = torch.where(left, tl[i], tm)
+        gl[i] = torch.where(left[:, None], gl[i], gm)
+    jump = gr - gl
+    along = (jump * n).sum(1).abs() / jump.norm(dim=1).clamp_min(1e-300)
+    ours = seen & (along > 1 - 1e-4) & ((tr - tl) <= fine * b.abs().clamp_min(1.0))
+    return torch.where(ours, b - (tl + tr) / 2, b)

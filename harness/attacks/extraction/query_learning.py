@@ -10,19 +10,25 @@ intercept) pairs of intervals are candidate neurons; LEARNFROMQUERIES (Alg. 4) f
 by least squares over [ReLU(ŵⱼ·x − b̂ⱼ), x, 1] on Gaussian queries.
 
 Practical choices instead of the theory's constants (documented, not required by the paper):
-- the partition is sinh-spaced on [−span, span] (`intervals` pieces): short pieces near 0,
-  where most critical points of a Gaussian line lie, long ones in the Cauchy tails; unless
-  given, both are chosen from what the line shows: more than 1 in 8 pieces with a kink (two
-  kinks in one piece lose a neuron: many neurons, k > d) doubles the pieces, a kink in an end
-  piece (large biases push kinks out) quadruples the span, and the line is searched again
-  (its candidates dropped);
+- the partition is sinh-spaced on [−span, span] (`intervals` pieces, 200): short pieces near 0,
+  where most critical points of a Gaussian line lie, long ones in the Cauchy tails. Unless
+  `intervals` is given, the kinks are then isolated locally (harness/attacks/extraction/
+  line_pieces.py): a kinked piece that may hold two kinks (next to another kinked piece, or
+  whose clean neighbours' affine maps do not meet at one kink inside it — one value query) is
+  halved, so neighbouring clean pieces differ by one neuron (many neurons, k > d, crowd the
+  pieces: a fixed partition loses them). A kink in an end piece (large biases push kinks out)
+  quadruples the span, and the line is searched again;
 - α = `alpha`·max(1, |x|) (1e-6: below any realistic distance to a kink, above rounding);
 - intervals whose chord slope disagrees with ∇·v contain a kink and are dropped (GETBIAS is
   only valid inside a linear piece); candidates are differences of *neighbouring* clean
   intervals (the paper forms all m(m−1) pairs and filters them by the bounds (5); neighbours
   already contain one neuron per critical point and keep the regression small);
-- `lines` independent lines, union of candidates, near-duplicates merged;
-- the regression uses `fit_factor`·(#features) Gaussian queries, plain least squares.
+- `lines` independent lines, union of candidates, near-duplicates merged; then more lines (up
+  to `max_lines`) while the fit misses 32 fresh answers by more than their own noise allows
+  (normalised loss above max(`exact_loss`, 100·(σ/|F|)²), σ estimated from the answers),
+  until two lines in a row add no unit;
+- the regression uses `fit_factor`·(#features) Gaussian queries, plain least squares (the
+  answers of earlier fits and checks are reused).
 Multi-output victims: every output shares the neurons; the regression has K targets (from
 probabilities, centred logits). Noisy outputs blur the neurons; the fit then degrades and the
 attacker-side `self_check_loss` on fresh queries says so.
@@ -30,71 +36,73 @@ attacker-side `self_check_loss` on fresh queries says so.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
+from harness.attacks.extraction import line_pieces as lp
 from harness.attacks.extraction import relu_lines as rl
 from harness.attacks.extraction.fidelity import judge_fidelity
+from harness.attacks.gradients import estimate_noise
 from harness.errors import AssumptionViolated
 
 
 class QueryLearningParams(Params):
-    intervals: int | None = None  # pieces per line; None: from the data (200, doubled while needed)
+    intervals: int | None = None  # pieces per line; None: 200, kinked pieces halved where needed
     span: float | None = None  # the line is partitioned on t ∈ [−span, span]; None: 50, grown
-    max_intervals: int = 1600  # the data-driven choice stops here
-    lines: int = 3
+    max_intervals: int = 1600  # pieces per line, the local refinement included
+    min_width: float = 1e-4  # kinked pieces are halved down to this width (× max(1, |t|))
+    lines: int = 3  # lines searched before the first fit
+    max_lines: int = 12  # lines searched while the fit misses fresh answers beyond their noise
     alpha: float = 1e-6  # GETGRADIENT step, relative to max(1, |x|)
     fit_factor: float = 3.0  # regression queries per feature
     kink_tol: float = 1e-6  # relative chord/gradient slope mismatch that marks a kink
+    exact_loss: float = 1e-10  # a fit this close (normalised loss, or the noise's own) is complete
     max_queries: int | None = None  # None: the budget
 
 
-def get_gradients(oracle, x: torch.Tensor, alpha: float, gen: torch.Generator):
-    """Alg. 2 for a batch of points: (values (N, K), gradients (N, K, d)); N·(d+1) queries."""
-    n, d = x.shape
-    z = torch.randn(n, d, d, generator=gen, dtype=torch.float64).to(x.device)
-    z = z / z.norm(dim=2, keepdim=True)
-    a = alpha * x.norm(dim=1).clamp_min(1.0)
-    pts = torch.cat([x, (x[:, None, :] + a[:, None, None] * z).reshape(n * d, d)])
-    f = rl.ask(oracle, pts)
-    base, moved = f[:n], f[n:].reshape(n, d, -1)
-    v = (moved - base[:, None, :]) / a[:, None, None]  # (n, d, K): ⟨∇F_k, z_j⟩
-    grads = torch.linalg.solve(z, v)  # (n, d, K)
-    return base, grads.permute(0, 2, 1)
-
-
 def neurons_on_line(oracle, line: rl.Line, p: QueryLearningParams, gen, intervals: int,
-                    span: float) -> tuple[torch.Tensor, ...]:
-    """Alg. 3 on one line: candidate neurons (w (M, d), b (M,)) with ReLU(w·x − b), and what the
-    partition showed: (share of intervals with a kink, whether an end interval had one)."""
+                    span: float) -> tuple[torch.Tensor, torch.Tensor, int, bool]:
+    """Alg. 3 on one line: candidate neurons (w (M, d), b (M,)) with ReLU(w·x − b), the pieces
+    the line ended with, and whether an end piece held a kink (the span is too short)."""
     edges = rl.sinh_grid(intervals + 1, span, line.u.device)
-    ends = rl.ask(oracle, line.at(edges))  # GETBIAS: F at every interval end, shared
-    mids = (edges[:-1] + edges[1:]) / 2
-    fm, grads = get_gradients(oracle, line.at(mids), p.alpha, gen)
-    chord = (ends[1:] - ends[:-1]) / (edges[1:] - edges[:-1])[:, None]  # (m, K)
-    along = grads @ line.v  # (m, K): ∇F·v
-    scale = chord.abs().amax(1) + along.abs().amax(1) + 1e-300
-    clean = ((chord - along).abs().amax(1) <= p.kink_tol * scale) & ~fm.isnan().any(1)
-    clean &= ~(ends[1:].isnan().any(1) | ends[:-1].isnan().any(1))
-    kinked = ~clean
-    crowded = float(kinked.double().mean())
+    pc = lp.measure(oracle, line, edges, p.alpha, gen)
+    kinked = ~pc.clean(line.v, p.kink_tol)
     at_end = bool(kinked[:2].any() or kinked[-2:].any())
-    intercept = fm - chord * mids[:, None]  # b_L(I) = F(t_mid) − s·t_mid  (Alg. 1)
-    # the d-dimensional affine piece F(x) = G x + c at the midpoint: c = b_L − G·x₀
-    g, c = grads[clean], intercept[clean] - grads[clean] @ line.u
-    dg, dc = g[1:] - g[:-1], c[1:] - c[:-1]  # neighbouring clean pieces
-    size = dg.flatten(1).norm(dim=1)
-    keep = size > 1e-6 * (g.flatten(1).norm(dim=1).max() if len(g) else 1.0)
-    dg, dc = dg[keep], dc[keep]
-    if not len(dg):
-        return dg.new_zeros(0, oracle.info.dim), dg.new_zeros(0), crowded, at_end
-    # jump of the K outputs = a_k·(w·x − b): its direction in x by the top singular vector
-    u, s, vh = torch.linalg.svd(dg, full_matrices=False)
-    w = vh[:, 0, :]
-    a = u[:, :, 0] * s[:, :1]  # (M, K)
-    b = -(dc * a).sum(1) / (a * a).sum(1)  # dc ≈ −a·b
-    return w, b, crowded, at_end
+    if p.intervals is None:
+        pc = lp.isolate_kinks(oracle, line, pc, p.alpha, p.kink_tol, gen,
+                              min_width=p.min_width, max_pieces=p.max_intervals)
+    w, b = lp.neurons(pc, line, p.kink_tol, oracle.info.dim)
+    return w, b, len(pc), at_end
+
+
+def _joined(x, y, x_new, y_new) -> tuple[torch.Tensor, torch.Tensor]:
+    """Answered points so far with new ones appended (y may still be empty, of no width)."""
+    if len(y) == 0:
+        return x_new, y_new
+    return torch.cat([x, x_new]), torch.cat([y, y_new])
+
+
+@dataclass
+class _Fit:
+    """One regression (Alg. 4): the model, its candidate units, the answered points it used (kept
+    for the next fit), the self-check loss, and why the budget cut it short ("" if it did not)."""
+
+    net: rl.ReluNet | None
+    w: torch.Tensor
+    off: torch.Tensor
+    x: torch.Tensor
+    y: torch.Tensor
+    loss: float
+    units: int
+    stopped: str
+
+    @staticmethod
+    def empty(d: int, dev) -> _Fit:
+        z = torch.zeros(0, d, dtype=torch.float64, device=dev)
+        return _Fit(None, z, z[:, 0], z, z[:, :0], float("nan"), 0, "")
 
 
 @register
@@ -116,55 +124,77 @@ class QueryLearning(Attack):
         cap = p.max_queries if p.max_queries is not None else oracle.remaining
         intervals, span = p.intervals or 200, p.span or 50.0
         per_line = (intervals + 1) + intervals * (d + 1)
-        if cap is not None and cap - 2 * d < per_line:
+
+        def room(n: int) -> bool:
+            return (cap is None or oracle.queries + n <= cap) and oracle.affordable(n) >= n
+
+        if not room(per_line + 32 + 2 * d):
             raise AssumptionViolated(f"one line of {intervals} intervals needs {per_line} queries; "
                                      f"{cap} are available (lower intervals)", stopped_by="budget")
-        ws, bs, lines, notes = [], [], 0, []
+        noise = estimate_noise(oracle, ctx.gen)
+        target = max(p.exact_loss, 100 * noise.rel**2)  # what the answers' own noise leaves
+        ws, bs, notes, fit = [], [], [f"{noise.describe()}"], _Fit.empty(d, dev)
+        lines, want, idle, pieces, stopped, reason = 0, p.lines, 0, intervals, None, ""
         try:
-            while lines < p.lines:
-                w, b, crowded, at_end = neurons_on_line(oracle, rl.random_line(d, ctx.gen, dev),
-                                                        p, ctx.gen, intervals, span)
-                lines += 1
-                ws.append(w), bs.append(b)
-                # data-driven partition (beyond the paper): a line whose intervals hold kinks
-                # in more than 1 of 8 pieces likely has two in one (a neuron lost), and kinks in
-                # the end pieces lie beyond the span; refine and keep what was found
-                grow = p.intervals is None and crowded > 1 / 8 and 2 * intervals <= p.max_intervals
-                reach = p.span is None and at_end and span < 1e4
-                more = 2 * intervals if grow else intervals
-                if cap is not None and oracle.queries + (more + 1) * (d + 2) > cap - 2 * d:
-                    grow = reach = False  # the budget cannot pay a finer line: keep this one
-                if grow or reach:
-                    intervals = 2 * intervals if grow else intervals
-                    span = 4 * span if reach else span
-                    notes.append(f"line {lines}: kinks in {crowded:.0%} of the pieces"
-                                 f"{' and at the ends' if at_end else ''}: {intervals} pieces on "
-                                 f"[−{span:g}, {span:g}]")
-                    ws.pop(), bs.pop()  # its neurons may straddle two kinks: search it again
-                    lines -= 1
-                if cap is not None and oracle.queries + (intervals + 1) * (d + 2) > cap - 2 * d:
+            while True:
+                while lines < want and room(per_line + 2 * d):
+                    w, b, pieces, at_end = neurons_on_line(oracle, rl.random_line(d, ctx.gen, dev),
+                                                           p, ctx.gen, intervals, span)
+                    if p.span is None and at_end and span < 1e4:
+                        span *= 4  # a kink in an end piece lies beyond the span: search again
+                        notes.append(f"line {lines + 1}: a kink at the ends: span [−{span:g}, {span:g}]")
+                        continue
+                    ws.append(w), bs.append(b)
+                    lines += 1
+                if not ws:
                     break
+                before = fit.units
+                fit = self._fit(oracle, ws, bs, p, ctx, fit, room)
+                if fit.stopped:
+                    stopped, reason = "budget", fit.stopped
+                    break
+                idle = idle + 1 if fit.units <= before else 0
+                if fit.loss <= target or lines >= p.max_lines or idle >= 2 or not room(per_line + 2 * d):
+                    break
+                want = lines + 1  # the fit misses fresh answers: a unit was lost, search on
         except rl.OutOfBudget:
-            notes.append("budget ran out during the line search")
-        if not ws:
+            stopped, reason = "budget", "budget ran out during the line search"
+        if fit.net is None:
             raise AssumptionViolated(f"the budget ({cap}) ran out before one line of {intervals} "
-                                     "intervals was searched", stopped_by="budget")
-        w, b = rl.canonical(torch.cat(ws), -torch.cat(bs))  # offsets: w·x − b = w·x + (−b)
-        keep = rl.dedupe(w, b, 1e-4)
-        w, off = w[keep], b[keep]
+                                     "intervals was searched and fitted", stopped_by="budget")
+        if lines > p.lines:
+            notes.append(f"{lines - p.lines} more line(s): the fit missed fresh answers")
+        metrics = {"neurons": float(fit.units), "lines": float(lines), "self_check_loss": fit.loss,
+                   "regression_queries": float(len(fit.x)), "intervals": float(pieces),
+                   "span": float(span), "noise_loss_floor": target}
+        return Artifact("model", data={"model": fit.net, "space": rl.output_space(oracle),
+                                       "normals": fit.w.cpu(), "offsets": fit.off.cpu()},
+                        metrics=metrics, stopped_by=stopped, reason=reason,
+                        progress=f"{fit.units} candidate neurons from {lines} line(s)",
+                        notes=[f"{fit.units} candidate neurons from {lines} line(s)", *notes])
+
+    @staticmethod
+    def _fit(oracle, ws, bs, p: QueryLearningParams, ctx, last: _Fit, room) -> _Fit:
+        """Alg. 4 on the candidates so far (near-duplicates merged): least squares over Gaussian
+        queries (the earlier fits' and checks' answers reused), then the attacker's own check,
+        the normalised loss on 32 fresh queries."""
+        d, dev = oracle.info.dim, oracle.device
+        w, off = rl.canonical(torch.cat(ws), -torch.cat(bs))  # offsets: w·x − b = w·x + (−b)
+        keep = rl.dedupe(w, off, 1e-4)
+        w, off = w[keep], off[keep]
         n_feat = 2 * len(w) + 1 + (d if len(w) < d else 0)
-        n_fit = int(p.fit_factor * n_feat) + 8
-        stopped, reason = None, ""
-        if oracle.affordable(n_fit) < n_fit:
-            n_fit = oracle.affordable(n_fit)
-            stopped, reason = "budget", f"budget left {n_fit} regression queries for {n_feat} features"
-            if n_fit < 2:
+        need = max(int(p.fit_factor * n_feat) + 8 - len(last.x), 0)
+        stopped = ""
+        if not room(need + 32):
+            need = max(oracle.affordable(need + 32) - 32, 0)
+            stopped = f"budget left {need + len(last.x)} regression queries for {n_feat} features"
+            if need + len(last.x) < 2:
                 raise AssumptionViolated("no budget left for the regression (Alg. 4)",
                                          stopped_by="budget")
-        x = torch.randn(n_fit, d, generator=ctx.gen, dtype=torch.float64).to(dev)
-        y = rl.ask(oracle, x)
-        keep = ~y.isnan().any(1)
-        x, y = x[keep], y[keep]
+        x_new = torch.randn(need, d, generator=ctx.gen, dtype=torch.float64).to(dev)
+        x, y = _joined(last.x, last.y, x_new, rl.ask(oracle, x_new))
+        ok = ~y.isnan().any(1)
+        x, y = x[ok], y[ok]
         # Alg. 4's features [ReLU(ŵ·x − b̂), x, 1]; x enters through the units' own affine maps
         # ŵ·x − b̂ when the neurons span the input (the paper's full x is used otherwise)
         phi = rl.features(x, w, off)
@@ -175,20 +205,14 @@ class QueryLearning(Attack):
         h = len(w)
         skip = coef[2 * h + 1:].T if len(w) < d else None
         net = rl.ReluNet(w, off, coef[:h].T, coef[h:2 * h].T, coef[2 * h], skip)
-        xc = torch.randn(32, d, generator=ctx.gen, dtype=torch.float64).to(dev)
         loss = float("nan")
-        if oracle.affordable(32) == 32:
+        if not stopped and room(32):
+            xc = torch.randn(32, d, generator=ctx.gen, dtype=torch.float64).to(dev)
             yc = rl.ask(oracle, xc)
             with torch.no_grad():
-                loss = float((net(xc) - yc).pow(2).mean() / yc.pow(2).mean())
-        metrics = {"neurons": float(h), "lines": float(lines), "self_check_loss": loss,
-                   "regression_queries": float(len(x)), "intervals": float(intervals),
-                   "span": float(span)}
-        return Artifact("model", data={"model": net, "space": rl.output_space(oracle),
-                                       "normals": w.cpu(), "offsets": off.cpu()},
-                        metrics=metrics, stopped_by=stopped, reason=reason,
-                        progress=f"{h} candidate neurons from {lines} line(s)",
-                        notes=[f"{h} candidate neurons from {lines} line(s)", *notes])
+                loss = float((net(xc) - yc).pow(2).nanmean() / yc.pow(2).nanmean())
+            x, y = _joined(x, y, xc, yc)  # fresh answers: the next fit's data
+        return _Fit(net, w, off, x, y, loss, h, stopped)
 
     def judge(self, m, artifact):
         return judge_fidelity(m)

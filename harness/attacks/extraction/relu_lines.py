@@ -188,24 +188,51 @@ def bisect_values(oracle, line: Line, grid: torch.Tensor, w_min: float, noise,
 
 
 def locate(oracle, line: Line, tl: torch.Tensor, tr: torch.Tensor,
-           fl: torch.Tensor | None = None, fr: torch.Tensor | None = None) -> torch.Tensor:
+           fl: torch.Tensor | None = None, fr: torch.Tensor | None = None, reach: float = 2.0,
+           check=None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Exact kink positions inside narrow brackets: intersect the affine pieces of F on each
-    side (each from two values: the bracket end and one more point a bracket-width outside).
-    Falls back to the bracket's midpoint when the intersection leaves the bracket."""
+    side (each from two values: the bracket end and one more point `reach` bracket-widths
+    outside). Falls back to the bracket's midpoint when the intersection leaves the bracket.
+    With `check` (the answers' noise), F is also asked at each t* and the positions come back
+    with a mask of those where it equals the pieces' common value within 20σ: where it does
+    not, another kink lies within reach and bent a piece."""
     w = (tr - tl).clamp_min(1e-300)
-    ts = [tl - 2 * w, tr + 2 * w] if fl is not None else [tl - 2 * w, tl, tr, tr + 2 * w]
+    ts = [tl - reach * w, tr + reach * w] if fl is not None else \
+        [tl - reach * w, tl, tr, tr + reach * w]
     vals = ask(oracle, line.at(torch.cat(ts))).reshape(len(ts), len(tl), -1)
     if fl is None:
         fll, fl, fr, frr = vals
     else:
         fll, frr = vals
-    sl, sr = (fl - fll) / (2 * w[:, None]), (frr - fr) / (2 * w[:, None])
+    sl, sr = (fl - fll) / (reach * w[:, None]), (frr - fr) / (reach * w[:, None])
     ds = sl - sr
     rhs = fr - fl + sl * tl[:, None] - sr * tr[:, None]
     den = (ds * ds).sum(1)
     t = (ds * rhs).sum(1) / den.clamp_min(1e-300)
     ok = (den > 0) & (t >= tl - w) & (t <= tr + w)
-    return torch.where(ok, t, (tl + tr) / 2)
+    t = torch.where(ok, t, (tl + tr) / 2)
+    if check is None:
+        return t
+    x = line.at(t)
+    on = fl + sl * (t - tl)[:, None]
+    miss = torch.nan_to_num((ask(oracle, x) - on).abs().amax(1), nan=float("inf"))
+    return t, ok & (miss <= 20 * check.at(x) + 1e-12 * on.abs().amax(1))
+
+
+def locate_sure(oracle, line: Line, tl: torch.Tensor, tr: torch.Tensor, fl: torch.Tensor,
+                fr: torch.Tensor, noise, tries: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    """`locate` with its check, moving the outer points 16 times closer to the bracket where a
+    nearby kink bent a piece (up to `tries` times); returns (t, checked mask)."""
+    t, sure = locate(oracle, line, tl, tr, fl, fr, check=noise)
+    reach = 2.0
+    for _ in range(tries - 1):
+        redo = ~sure
+        if not bool(redo.any()):
+            break
+        reach /= 16
+        t2, s2 = locate(oracle, line, tl[redo], tr[redo], fl[redo], fr[redo], reach, check=noise)
+        t[redo], sure[redo] = t2, s2
+    return t, sure
 
 
 def canonical(normals: torch.Tensor, offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

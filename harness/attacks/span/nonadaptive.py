@@ -21,6 +21,19 @@ is read above their noise instead of "the whole input space"). When the gap at `
 unclear but a clear gap (≥ `min_gap`) lies higher up, the rank is read there; when no gap is
 clear anywhere the attack ends with `stopped_by: precision` and the subspace it has (scored as
 usual). The subspace so far is kept (`ctx.keep`) after every round.
+
+Finite differences carry two errors exact gradients do not (harness/attacks/span/fd_spectrum.py):
+the d differences of one point share its base answer F(x), whose error is a rank-one term along
+the all-ones direction that reads as one spurious extra dimension (the rank is read on 1⊥ and the
+span lifted back by least squares); and a step that crosses a ReLU kink makes that point's rows
+no gradient at all: its error is a direction no other point shares, so a point whose rows
+alone carry a direction waits aside until another point shows that direction too (a rarely
+active unit), and those still aside at the end are reported (`kinked_points`).
+
+Stopping reads the whole rank curve again at the latest gap: with as many rows as the rank, the
+smallest true singular value can sit far below `rtol` (a nearly square random matrix), a dip
+that is not growth once more rows show the gap. While there are fewer rows than dimensions and
+every row adds one, the rank is still growing ("rows"), not unclear.
 """
 
 from __future__ import annotations
@@ -30,7 +43,14 @@ from pydantic import Field
 
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
-from harness.attacks.gradients import AnswerNoise, cost_per_point, estimate_noise, fd_step, gradient_rows
+from harness.attacks.gradients import cost_per_point, estimate_noise, fd_step, gradient_rows
+from harness.attacks.span.fd_spectrum import (
+    lift_from_ones_complement,
+    lone_points,
+    noise_floor,
+    readmit,
+    without_ones,
+)
 from harness.errors import AssumptionViolated, PrecisionLimit
 
 
@@ -45,14 +65,6 @@ class SpanParams(Params):
     max_heldout_residual: float = Field(default=1e-2, gt=0)  # fresh gradients this close to span
 
 
-def noise_floor(noise: AnswerNoise, step: float, x_inf: float, rows: int, d: int) -> float:
-    """Largest singular value that finite-difference noise alone gives a rows × d gradient
-    matrix: entries carry √2·σ/s (σ the answers' noise, s the absolute step), and an i.i.d.
-    matrix's top singular value is about σ_entry·(√rows + √d); 3× that is the floor."""
-    entry = 2**0.5 * noise.sigma / (step * max(1.0, x_inf))
-    return 3 * entry * (rows**0.5 + d**0.5)
-
-
 def heldout_residual(rows: torch.Tensor, last: int, r: int) -> float:
     """Share of the last `last` rows' energy outside the rank-r span of the earlier rows."""
     old, new = rows[:-last], rows[-last:]
@@ -64,10 +76,11 @@ def heldout_residual(rows: torch.Tensor, last: int, r: int) -> float:
     return float(res.norm() / new.norm())
 
 
-def spectrum(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Singular values and right singular vectors (rows) of a gradient matrix."""
-    _, s, vh = torch.linalg.svd(rows, full_matrices=False)
-    return s, vh
+def spectrum(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Left singular vectors, singular values and right singular vectors (rows) of a gradient
+    matrix."""
+    u, s, vh = torch.linalg.svd(rows, full_matrices=False)
+    return u, s, vh
 
 
 def numerical_rank(s: torch.Tensor, rtol: float) -> int:
@@ -83,22 +96,27 @@ def gap_at(s: torch.Tensor, r: int) -> float:
     return float(s[r - 1] / s[r]) if float(s[r]) > 0 else float("inf")
 
 
-def gap_rank(s: torch.Tensor, rtol: float, min_gap: float, floor: float = 0.0
+def gap_rank(s: torch.Tensor, rtol: float, min_gap: float, floor: float = 0.0, dim: int | None = None
              ) -> tuple[int, float, str]:
-    """(rank, gap, how): the numerical rank at rtol (and above the noise floor) when its gap is
-    clear ("rtol"); else the largest clear gap higher in the spectrum ("largest_gap"); else
-    rtol's rank ("unclear"). With a noise floor (finite differences), a single dominant gap
-    above it (≥ 4 and twice any other ratio there: float32 answers and the occasional step over
-    a kink leave no gap of 100) sets the rank ("noise_gap")."""
+    """(rank, gap, how): every row while there are fewer rows than the `dim` dimensions they
+    live in and each adds one ("rows": no gap to read yet);
+    else the numerical rank at rtol (and above the noise floor) when its gap is clear ("rtol");
+    else the largest clear gap higher in the spectrum ("largest_gap"); else rtol's rank
+    ("unclear"). With a noise floor (finite differences) and values below it, a single dominant
+    gap above it (≥ 4 and twice any other ratio there: float32 answers leave no gap of 100) sets
+    the rank ("noise_gap")."""
     r = numerical_rank(s, rtol)
-    if floor > 0:  # above the noise floor, the rank sits at the spectrum's one dominant gap
-        top = s[: int((s > floor).sum()) + 1]
-        if len(top) >= 2 and float(top[-1]) > 0:
-            ratios = (top[:-1] / top[1:].clamp_min(1e-300)).sort(descending=True)
+    if floor > 0:
+        above = int((s > floor).sum())
+        r = min(r, above)
+        if 0 < above < len(s) and float(s[above]) > 0:  # the rank sits at the one dominant gap
+            top = s[: above + 1]
+            ratios = (top[:-1] / top[1:]).sort(descending=True)
             best, nxt = float(ratios.values[0]), float(ratios.values[1]) if len(top) > 2 else 1.0
             if best >= 4 and best >= 2 * nxt:
                 return int(ratios.indices[0]) + 1, best, "noise_gap"
-        r = min(r, len(top) - 1)
+    if 0 < r == len(s) and dim is not None and len(s) < dim:
+        return r, 0.0, "rows"
     g = gap_at(s, r)
     if r == 0 or g >= min_gap:
         return r, g, "rtol"
@@ -144,48 +162,74 @@ class SpanNonAdaptive(Attack):
                                  metrics={"recovered_rank": 0.0}, progress="no gradient read")
                 raise PrecisionLimit(f"{noise.describe()}: finite differences would need a step "
                                      f"of {step:.2g}, too coarse to read gradients", artifact=empty)
-        rows: list[torch.Tensor] = []
+        rows = torch.zeros(0, d, dtype=torch.float64, device=oracle.device)
         ranks: list[int] = []
         seen: list[int] = []
-        samples, stalled, path, how, gap, x_inf = 0, 0, "explain", "rtol", 0.0, 1.0
+        spectra: list[torch.Tensor] = []
+        samples, stalled, path, how, gap, last = 0, 0, "explain", "rtol", 0.0, 0
+        aside = rows.new_zeros(0, d)
         s = torch.zeros(0, dtype=torch.float64)
-        vh = torch.zeros(0, d, dtype=torch.float64)
+        basis = torch.zeros(0, d, dtype=torch.float64)
         bar = ctx.progress("span: gradient samples", max_samples) if ctx.progress else None
         while samples < max_samples:
             n = min(params.batch, max_samples - samples, oracle.affordable(10**12) // per_point)
             if n <= 0:
                 break
             g = torch.randn(n, d, generator=ctx.gen, dtype=torch.float64).to(oracle.device)
-            x_inf = float(g.abs().amax(1).median())
             new, path = gradient_rows(oracle, g, step)
-            rows.append(new)
             samples += n
             if bar:
                 bar.update(n)
-            s, vh = spectrum(torch.cat(rows))
-            floor = noise_floor(noise, step, x_inf, sum(map(len, rows)), d) if fd else 0.0
-            r, gap, how = gap_rank(s, params.rtol, params.min_gap, floor)
-            ranks.append(r)
+            per_row = len(new) // n  # rows per point: one, or one per logit signal
+            rows, last = torch.cat([rows, new]), len(new)
+            floor_of = self._floor_of(noise, step, float(g.abs().amax(1).median()), d)
+            u, s, vh, along = self._spectrum(rows, fd)
+            room = d - 1 if fd else d  # finite differences: the rank is read on 1⊥
+            r, gap, how = gap_rank(s, params.rtol, params.min_gap, floor_of(len(rows)), room)
+            if fd:  # points whose rows alone carry a direction (a step over a kink) wait aside
+                def rank_of(m, f=floor_of, k=room):
+                    return gap_rank(self._spectrum(m, True)[1], params.rtol, params.min_gap, f(len(m)), k)[0]
+
+                rows, aside, last, moved = self._aside(rows, aside, per_row, last, r, how, rank_of)
+                if moved:
+                    u, s, vh, along = self._spectrum(rows, fd)
+                    r, gap, how = gap_rank(s, params.rtol, params.min_gap, floor_of(len(rows)), room)
+            if fd and r >= d - 1:  # all of 1⊥: the whole input space as far as rows can tell
+                r = d
+            spectra.append(s)
+            ranks = self._reread(spectra, ranks, r)
             seen.append(samples)
-            ctx.keep(self._artifact(rows, vh, s, r, gap, seen, ranks, per_point, path, notes))
+            basis = (torch.eye(d, dtype=vh.dtype, device=vh.device) if r >= d else
+                     lift_from_ones_complement(u, s, vh, along, r) if fd else vh[:r])
+            ctx.keep(self._artifact(rows, last, basis, s, r, gap, seen, ranks, per_point, path, notes, fd))
             if r >= d:
                 break
-            stalled = stalled + 1 if len(ranks) > 1 and ranks[-1] <= ranks[-2] else 0
+            stalled = self._stalled(ranks)
             if stalled >= params.patience and self._flat(ranks, seen, params.growth_window):
                 break
         if bar:
             bar.close()
-        if not rows:
+        kinked = len(aside) // per_row if len(aside) else 0
+        if not ranks:
             raise AssumptionViolated(f"the budget allows no gradient point ({per_point} queries "
                                      "each)", stopped_by="budget")
         r = ranks[-1]
-        art = self._artifact(rows, vh, s, r, gap, seen, ranks, per_point, path, notes)
+        art = self._artifact(rows, last, basis, s, r, gap, seen, ranks, per_point, path, notes, fd)
         resid = art.metrics["heldout_residual"]
+        if fd:
+            art.metrics["kinked_points"] = float(kinked)
+            if kinked:
+                art.notes.append(f"{kinked} of {samples} points set aside: their rows alone carried a "
+                                 "direction (a step crossed a ReLU kink)")
         if how == "largest_gap":
             art.notes.append(f"noise floor above rtol = {params.rtol}: rank read at the largest "
                              f"spectral gap ({gap:.3g})")
         stopped = stalled >= params.patience and self._flat(ranks, seen, params.growth_window)
-        if r == 0:
+        if fd and kinked > samples // 2:
+            art.stopped_by = "precision"
+            art.reason = (f"{kinked} of {samples} points carried a direction of their own: the "
+                          "answers are noisier than measured, the subspace is unreliable")
+        elif r == 0:
             art.stopped_by, art.reason = "assumption", "all gradients were zero (a dead network?)"
         elif r >= d:
             art.stopped_by = "precision"
@@ -195,13 +239,12 @@ class SpanNonAdaptive(Attack):
             art.stopped_by = "precision"
             art.reason = (f"no clear spectral gap (σ_r/σ_r+1 = {gap:.3g} < {params.min_gap}): "
                           "outputs are noisy or rounded, the rank estimate is unreliable")
-        elif resid > params.max_heldout_residual:
+        elif resid > params.max_heldout_residual and not (len(ranks) > 1 and ranks[-1] > ranks[-2]):
+            # the rank stood still, yet fresh gradients leave the span: noise, not growth
             art.stopped_by = "precision"
-            grew = len(ranks) > 1 and ranks[-1] > ranks[-2]
-            art.reason = (f"the last {len(rows[-1])} gradients keep {resid:.2g} of their energy "
-                          "outside the span of the earlier ones: "
-                          + ("the rank is still growing (more samples may leak more)" if grew else
-                             "the answers are noisy or rounded, the subspace is unreliable"))
+            art.reason = (f"the last {last} gradient rows keep {resid:.2g} of their energy outside "
+                          "the span of the earlier ones: the answers are noisy or rounded, the "
+                          "subspace is unreliable")
         elif oracle.remaining is not None and samples < max_samples and not stopped:
             art.stopped_by = "budget"
             art.reason = f"budget exhausted after {samples} gradient points (rank still growing?)"
@@ -211,19 +254,75 @@ class SpanNonAdaptive(Attack):
         return art
 
     @staticmethod
-    def _artifact(rows, vh, s, r, gap, seen, ranks, per_point, path, notes) -> Artifact:
-        all_rows = torch.cat(rows)
+    def _floor_of(noise, step, x_inf, d):
+        """The noise floor for a number of rows (0 for exact gradients)."""
+        return lambda rows: noise_floor(noise, step, x_inf, rows, d) if noise is not None else 0.0
+
+    @staticmethod
+    def _aside(rows, aside, per_row, last, r, how, rank_of):
+        """(rows, rows aside, rows of the last round left, whether any point moved): points set
+        aside come back once another point shows their direction; then, while the rank is not
+        merely counting rows, points whose rows alone carry a direction are set aside."""
+        rows, aside, back = readmit(rows, aside, per_row, r, rank_of)
+        if back:
+            r = rank_of(rows)
+        if how == "rows" or len(rows) // per_row <= r:  # every point still adds dimensions
+            return rows, aside, last, bool(back)
+        u = torch.linalg.svd(without_ones(rows)[0], full_matrices=False)[0]
+        drop = lone_points(rows, per_row, u, r, rank_of)
+        if not drop:
+            return rows, aside, last, bool(back)
+        pts = rows.reshape(-1, per_row, rows.shape[1])
+        keep = torch.ones(len(pts), dtype=torch.bool, device=rows.device)
+        keep[drop] = False
+        first_new = (len(rows) - last) // per_row
+        d = rows.shape[1]
+        return (pts[keep].reshape(-1, d), torch.cat([aside, pts[~keep].reshape(-1, d)]),
+                int(keep[first_new:].sum()) * per_row, True)
+
+    @staticmethod
+    def _spectrum(rows: torch.Tensor, fd: bool):
+        """SVD of the gradient rows (finite differences: projected onto 1⊥) and the rows'
+        components along 1/√d (None for exact gradients)."""
+        along = None
+        if fd:
+            rows, along = without_ones(rows)
+        return (*spectrum(rows), along)
+
+    @staticmethod
+    def _artifact(all_rows, last, basis, s, r, gap, seen, ranks, per_point, path, notes, fd) -> Artifact:
         zero = float((all_rows.abs().amax(dim=1) == 0).double().mean())
-        resid = heldout_residual(all_rows, len(rows[-1]), r) if len(rows) > 1 else 0.0
+        checked = without_ones(all_rows)[0] if fd else all_rows  # the rank was read there
+        resid = heldout_residual(checked, last, r) if 0 < last < len(all_rows) else 0.0
         metrics = {"recovered_rank": float(r), "samples": float(seen[-1]),
                    "queries_per_gradient": float(per_point), "spectral_gap": gap,
                    "zero_gradients": zero, "heldout_residual": resid}
-        art = Artifact("subspace", data={"basis": vh[:r].cpu(), "singular_values": s.cpu()},
+        art = Artifact("subspace", data={"basis": basis.cpu(), "singular_values": s.cpu()},
                        metrics=metrics, notes=[f"gradients via {path}", *notes],
                        progress=f"rank {r} after {seen[-1]} gradient points")
         art.data["curves"] = {"recovered_rank_vs_samples": list(zip(seen, map(float, ranks),
                                                                     strict=True))}
         return art
+
+    @staticmethod
+    def _reread(spectra: list[torch.Tensor], ranks: list[int], r: int) -> list[int]:
+        """The rank curve with the latest reading r appended and the earlier rounds' spectra
+        re-read at the latest gap (the geometric middle of σ_r and σ_r+1): a nearly square matrix
+        (as many rows as the rank) shows its smallest true singular value far below `rtol`, a
+        dip the fuller spectrum later shows to be signal, not a rank still growing."""
+        s = spectra[-1]
+        if 0 < r < len(s):
+            cut = float((s[r - 1] * s[r]).sqrt()) if float(s[r]) > 0 else float(s[r - 1]) * 1e-3
+            ranks = [int((sp > cut).sum()) for sp in spectra[:-1]]
+        return [min(k, r) for k in ranks] + [r]
+
+    @staticmethod
+    def _stalled(ranks: list[int]) -> int:
+        """Rounds at the end of the curve without rank growth."""
+        n = 0
+        while n + 1 < len(ranks) and ranks[-1 - n] <= ranks[-2 - n]:
+            n += 1
+        return n
 
     @staticmethod
     def _flat(ranks: list[int], seen: list[int], window: float) -> bool:

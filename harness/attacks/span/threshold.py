@@ -53,10 +53,12 @@ class ThresholdParams(Params):
     boundary_tol: float = 1e-2  # x₀ is placed within boundary_tol·h of the boundary
     restarts: int = 8  # failed tries (tangent d, lost crossings) allowed per vector
     probe_scales: list[float] = [1.0, 3.0, 10.0]  # spreads of the first probes, × input scale
+    probe_rounds: int = 4  # rounds of first probes (scales ×3 each) while all agree
     slice_scales: list[float] = [0.01, 0.1, 1.0]  # spreads of probes in V⊥ around a boundary point
     min_residual: float = 1e-3  # a gradient with less than this share outside V adds nothing
     checks: int = 3  # boundary points that must show no new direction before stopping
     accept_residual: float = 0.02  # below this share outside V, look for a better-conditioned point
+    max_amplified_error: float = 1e-3  # ...unless V's measured errors ÷ that share stay below this
     weak_tries: int = 2  # boundary points tried for a better-conditioned estimate
     noise_lines: int = 4  # extra lines per vector whose second differences estimate the error
     max_error: float = 1e-2  # stop (partial) when a slope error estimate exceeds this
@@ -146,13 +148,25 @@ def boundary_point(dec: Decision, one: torch.Tensor, zero: torch.Tensor, tol: fl
 
 def seed_points(oracle, n: int, scale: float, p: ThresholdParams, gen: torch.Generator
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gaussian probes in Rⁿ at each of `probe_scales` and their raw labels."""
-    pts = torch.cat([c * scale * torch.randn(p.probes, n, generator=gen, dtype=torch.float64)
-                     for c in p.probe_scales]).to(oracle.device)
-    if oracle.affordable(len(pts)) < len(pts):
-        raise AssumptionViolated(f"the budget allows no first probes ({len(pts)} queries)",
-                                 stopped_by="budget")
-    return pts, decisions(oracle, pts)
+    """Gaussian probes in Rⁿ at each of `probe_scales` and their raw labels. While every probe
+    got the same label, another round is drawn with the scales tripled (up to `probe_rounds`
+    rounds, within the budget): a small decision region is found by looking wider, not by
+    giving up on the first draw."""
+    all_pts, all_lab = [], []
+    for r in range(p.probe_rounds):
+        pts = torch.cat([c * 3**r * scale * torch.randn(p.probes, n, generator=gen,
+                                                        dtype=torch.float64)
+                         for c in p.probe_scales]).to(oracle.device)
+        if oracle.affordable(len(pts)) < len(pts):
+            if r == 0:
+                raise AssumptionViolated(f"the budget allows no first probes ({len(pts)} queries)",
+                                         stopped_by="budget")
+            break
+        all_pts.append(pts)
+        all_lab.append(decisions(oracle, pts))
+        if len(torch.unique(torch.cat(all_lab))) > 1:
+            break
+    return torch.cat(all_pts), torch.cat(all_lab)
 
 
 def slice_pair(dec: Decision, basis: torch.Tensor, known: tuple[torch.Tensor, torch.Tensor],
@@ -243,8 +257,9 @@ def next_vector(dec: Decision, st: State, known, scale: float, step: float, p: T
     as `checks` boundary points show. Raises AssumptionViolated after `restarts` failed tries.
 
     Errors in V are amplified by 1/residual in the next vector, so a vector measured where less
-    than `accept_residual` of the gradient lies outside V is kept only as a fallback: up to
-    `weak_tries` other boundary points are tried and the best-conditioned estimate wins.
+    than `accept_residual` of the gradient lies outside V, and where V's measured slope errors
+    amplified so exceed `max_amplified_error`, is kept only as a fallback: up to `weak_tries`
+    other boundary points are tried and the best-conditioned estimate wins.
     """
     quiet, failed = 0, 0
     best: Estimate | None = None
@@ -271,7 +286,10 @@ def next_vector(dec: Decision, st: State, known, scale: float, step: float, p: T
                 f"slope errors of {est.error:.2g} of the gradient (> max_error {p.max_error}); "
                 "the victim's arithmetic is coarse (float32?) or its answers are randomised — "
                 "a larger `step` may help")
-        if est.residual >= p.accept_residual:
+        # errors of V enter the new vector amplified by 1/residual: a poorly conditioned point
+        # is still good enough when V's measured slope errors, so amplified, stay small
+        if est.residual >= p.accept_residual or \
+                max(st.errors, default=0.0) / est.residual <= p.max_amplified_error:
             return est.vector
         if best is None or est.residual > best.residual:
             best = est

@@ -16,10 +16,12 @@ def one(s, tmp_path, **kw):
     return e
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_query_learning_reaches_small_loss_with_biases(seed, tmp_path):
+@pytest.mark.parametrize("seed,attacker", [(0, None), (1, None), (2, None), (0, 2), (2, 8)])
+def test_query_learning_reaches_small_loss_with_biases(seed, attacker, tmp_path):
+    """(victim 0, attacker 2) and (victim 2, attacker 8) lost units to the fixed partition (a
+    neuron lost where kinks crowd) before kinked pieces were halved locally."""
     e = one(random_net(16, 8, seed=seed, attack="query_learning", interface="prediction",
-                       bias=(True, True)), tmp_path)
+                       bias=(True, True), attacker_seed=attacker), tmp_path)
     m = e["metrics"]
     assert m["normalized_loss_gaussian"] <= 1e-3 and m["normalized_loss_data"] <= 1e-3, m
     assert e["risk"] == "high"
@@ -54,6 +56,20 @@ def test_query_learning_chooses_its_partition(d, k, tmp_path):
     if k > 32:
         assert m["intervals"] > 200
     assert m["output_error"] <= (1e-6 if k <= 16 else 0.1), m
+
+
+@pytest.mark.parametrize("attacker", [0, 1])
+def test_query_learning_searches_more_lines_while_its_fit_misses(attacker, tmp_path):
+    """One line asked for (`lines: 1`), 16 units in 8 dimensions: where that line's kinks leave
+    a unit out, the fit misses fresh answers, and the attack searches more lines until it does
+    not (attacker seeds 0 and 1 both need a second line)."""
+    s = random_net(8, 16, seed=0, attack="query_learning", interface="prediction",
+                   bias=(True, True), params={"lines": 1}, attacker_seed=attacker)
+    r = run_direct(s, tmp_path)
+    m = r.metrics
+    assert m["lines"] > 1 and any("more line" in n for n in r.artifact.notes), m
+    assert m["units_matched"] == 16 and m["output_error"] <= 1e-6 and r.risk == "high", m
+    assert m["self_check_loss"] <= m["noise_loss_floor"]
 
 
 def digits(loss, *, output="probabilities", interface="gradient", pool="data", max_queries=300,

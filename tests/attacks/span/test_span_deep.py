@@ -36,7 +36,7 @@ def test_fig2_deep_random_net_full_rank_within_100_samples(tmp_path):
     assert m["recovered_rank"] == m["true_rank"] == 80
     assert m["max_principal_angle_deg"] < 1e-3 and m["min_energy_in_span"] > 1 - 1e-9
     assert m["samples"] <= 160  # rank 80 reached by 96 points, then the stop rule's window
-    assert a["outcome"] == "ok" and a["risk"] == "high"
+    assert a["stopped_by"] is None and a["risk"] == "high"
 
 
 def test_trained_deep_digits_net(tmp_path):
@@ -58,14 +58,16 @@ def test_fig1_thin_deep_net_is_partial_but_inside_the_span(tmp_path):
     assert 0 < m["recovered_rank"] < m["true_rank"] == 80
     assert m["min_energy_in_span"] > 1 - 1e-9
     assert a["risk"] != "high"
-    assert "growing" in a.get("outcome_reason", "") or any("still growing" in n for n in a["notes"]), a
+    assert "growing" in a["reason"] or any("still growing" in n for n in a["notes"]), a
 
 
 def test_small_explanation_noise_rank_read_at_the_gap(tmp_path):
+    """Explanation noise whose singular values lie above rtol = 1e-5 of the largest (σ = 1e-5;
+    at 1e-6 they straddle rtol, and whether the gap rule is needed depends on the draw)."""
     victim = gaussian_victim([16], dim=48)
     victim["data"]["task"] = "multiclass"
     a = span(tmp_path, victim, interface={"kind": "gradient", "output": "probabilities"},
-             defenses={"explanation_noise": {"sigma": 1e-6}})
+             defenses={"explanation_noise": {"sigma": 1e-5}})
     m = a["metrics"]
     assert m["recovered_rank"] == m["true_rank"] == 16 and m["max_principal_angle_deg"] < 0.1
     assert any("largest spectral gap" in n for n in a["notes"])

@@ -44,7 +44,7 @@ def test_full_span_through_labels(n, k, seed, act, tmp_path):
     s = binary_net(n, k, seed, act)
     a = run_one(s, tmp_path)
     m = a["metrics"]
-    assert a["outcome"] == "ok" and a["risk"] == "high"
+    assert a["stopped_by"] is None and a["risk"] == "high"
     assert m["recovered_rank"] == k == m["true_rank"]
     assert m["min_energy_in_span"] >= 1 - 1e-3
     # documented cost: (n + 5)·24 + ~100 queries per estimate; ≤ 40·n per vector on average
