@@ -63,7 +63,7 @@ def exact_table(seeds: int, quick: bool) -> None:
             ok, qs, ws = 0, [], []
             for seed in range(seeds):
                 e = run(net_scenario(d, h, 1, seed, attack, iface))
-                ok += e.get("outcome") == "ok" and e["metrics"].get("max_rel_error", 1) <= 1e-6
+                ok += e["status"] == "ok" and e["metrics"].get("max_rel_error", 1) <= 1e-6
                 qs.append(e["queries"]), ws.append(e["wall_s"])
             print(f"{attack:26s} {d:4d} {h:4d} {ok:>4d}/{seeds:<4d} {np.mean(qs):9.0f} {np.mean(ws):7.2f}")
 
@@ -138,7 +138,7 @@ def art_table(seeds: int, timeout: float, quick: bool) -> None:
               f"{stat} {why}")
         for attack, iface in (("gradient_exact", "gradient"), ("finite_difference_exact", "prediction")):
             es = [run(net_scenario(d, h, 10, s, attack, iface)) for s in range(seeds)]
-            ok = sum(e.get("outcome") == "ok" and e["metrics"].get("max_rel_error", 1) <= 1e-6 for e in es)
+            ok = sum(e["status"] == "ok" and e["metrics"].get("max_rel_error", 1) <= 1e-6 for e in es)
             fid = np.mean([e["metrics"].get("agreement", np.nan) for e in es])
             print(f"{attack:26s} {d:4d} {h:3d} {ok:>3d}/{seeds:<4d} {fid:8.3f} "
                   f"{np.mean([e['queries'] for e in es]):9.0f} {np.mean([e['wall_s'] for e in es]):7.2f}")

@@ -124,7 +124,7 @@ def table_threshold(quick: bool) -> None:
 
 def table_defenses() -> None:
     print("\n## 3. Output defenses vs span recovery (gaussian 48→16→10 net, true rank 16)")
-    print(f"{'interface / defense':<50}{'attack':<18}{'outcome':<9}{'rank':>6}{'angle°':>9}"
+    print(f"{'interface / defense':<50}{'attack':<18}{'status':<11}{'rank':>6}{'angle°':>9}"
           f"{'queries':>9}  reason")
     v = gaussian([16], dim=48, task="multiclass")
     grad = {"kind": "gradient", "output": "probabilities"}
@@ -148,8 +148,9 @@ def table_defenses() -> None:
         _, a = run(v, [{"name": name}], iface, dfn)
         e = a[name]
         m = e["metrics"]
-        why = (e.get("outcome_reason") or "")[:60]
-        print(f"{label:<50}{name:<18}{e.get('outcome', '-'):<9}{m.get('recovered_rank', 0):>6.0f}"
+        why = (e.get("stop_reason") or "")[:60]
+        status = e["status"] + (f"/{e['stopped_by']}" if e.get("stopped_by") else "")
+        print(f"{label:<50}{name:<18}{status:<11}{m.get('recovered_rank', 0):>6.0f}"
               f"{m.get('max_principal_angle_deg', 90):>9.3f}{e['queries']:>9}  {why}")
 
 

@@ -394,9 +394,6 @@ def _score_and_judge(atk: Attack, art: Artifact | None, truth, info, entry: dict
             entry["reason"] = f"scoring failed: {type(exc).__name__}: {exc}"
         entry.update(metrics=metrics, notes=art.notes, progress=art.progress,
                      artifacts={k: str(v) for k, v in art.files.items()})
-        entry["outcome"] = art.outcome  # transitional: the attack's own word, until all use stopped_by
-        if art.reason:
-            entry["outcome_reason"] = art.reason
         if art.data.get("curves"):
             entry["curves"] = {k: [list(p) for p in pts] for k, pts in art.data["curves"].items()}
     elif stopped_by == "budget" and not crashed:

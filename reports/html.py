@@ -185,7 +185,7 @@ def _attack_view(a: dict[str, Any], report: dict[str, Any],
         progress = progress.get("text") or ", ".join(f"{k} {v}" for k, v in progress.items())
     return {
         **{k: a.get(k) for k in ("name", "family", "status", "stopped_by", "risk", "reason", "queries",
-                                 "queries_sent", "retries", "faults", "wall_s", "outcome", "outcome_reason",
+                                 "queries_sent", "retries", "faults", "wall_s",
                                  "paper")},
         "goal": fam.get("goal", "take something from the deployment."),
         "cites": mitigation.paper_citations(a.get("paper")),

@@ -92,7 +92,6 @@ class Artifact:
     kind: which scorer reads it ("subspace", "model", "reconstruction", ...).
     data: tensors/arrays/callables the scorer needs (e.g. {"basis": V}).
     metrics: what the attacker can measure without the truth (e.g. recovered_rank).
-    outcome: ok | partial | failed — an honest failure is a result, not a crash.
     stopped_by: None when the procedure ran to its end, else why it stopped (errors.STOP_REASONS).
     progress: how far it got, in the attack's own words ("17 of 24 units").
     """
@@ -100,7 +99,6 @@ class Artifact:
     kind: str
     data: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
-    outcome: str = "ok"
     reason: str = ""
     stopped_by: str | None = None
     progress: str = ""

@@ -111,7 +111,7 @@ def synthetic_report(tmp_path):
         "defenses": ["query_budget(100)"], "query_budget": 100, "queries_total": 90,
         "attacks": [
             {"name": "recon", "family": "reconstruction", "status": "ok", "risk": "high", "queries": 90,
-             "wall_s": 1.5, "reason": f"rebuilt 3 records {evil}", "outcome": "ok",
+             "wall_s": 1.5, "reason": f"rebuilt 3 records {evil}",
              "metrics": {"success_rate": 0.3}, "artifacts": {"grid": str(_png(tmp_path)),
                                                              "raw": str(tmp_path / "x.npz")},
              "curves": {"fidelity": [(1, 0.1), (10, 0.5), (100, 0.9)]}, "notes": ["note"]},
