@@ -88,8 +88,8 @@ def test_budget_is_respected_exactly_and_result_is_partial(tmp_path):
     a = span_entry(rep)
     # 32 noise probes, then one point × (d + 1) queries
     assert rep["queries_total"] <= 100 and a["queries"] == 32 + 65
-    assert "budget" in a["outcome_reason"]
-    assert a["metrics"]["recovered_rank"] < 16
+    assert a["status"] == "ok" and a["stopped_by"] == "budget" and "budget" in a["reason"]
+    assert a["metrics"]["recovered_rank"] < 16 and a["risk"] != "high"  # the partial span, scored
 
 
 def test_label_only_api_skips_span_with_a_reason(tmp_path):
