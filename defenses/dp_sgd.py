@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 
 import torch
 
@@ -29,6 +30,21 @@ class DPRecord:
         return asdict(self)
 
 
+@lru_cache(maxsize=256)
+def noise_for_epsilon(epsilon: float, delta: float, sample_rate: float, epochs: int,
+                      accountant: str) -> float:
+    """σ that reaches (ε, δ) after `epochs` epochs at this sample rate: Opacus' own binary search
+    (the σ `make_private_with_epsilon` picks), remembered, because every shadow and reference
+    model of a run asks the same question and each answer costs seconds of RDP arithmetic."""
+    from opacus.accountants.utils import get_noise_multiplier
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(get_noise_multiplier(target_epsilon=epsilon, target_delta=delta,
+                                          sample_rate=sample_rate, epochs=epochs,
+                                          accountant=accountant))
+
+
 class PrivateTraining:
     """Opacus' engine around one training run; call `record()` after training."""
 
@@ -43,15 +59,14 @@ class PrivateTraining:
         """Return (model, optimizer, loader) made private per the spec."""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            if self.spec.epsilon is not None:
-                return self.engine.make_private_with_epsilon(
-                    module=model, optimizer=optimizer, data_loader=loader,
-                    target_epsilon=self.spec.epsilon, target_delta=self.spec.delta,
-                    epochs=max(1, self.epochs), max_grad_norm=self.spec.max_grad_norm,
-                )
+            sigma = self.spec.noise_multiplier
+            if self.spec.epsilon is not None:  # as make_private_with_epsilon: q = 1 / batches
+                sigma = noise_for_epsilon(float(self.spec.epsilon), float(self.spec.delta),
+                                          1.0 / len(loader), max(1, self.epochs),
+                                          self.engine.accountant.mechanism())
             return self.engine.make_private(
                 module=model, optimizer=optimizer, data_loader=loader,
-                noise_multiplier=self.spec.noise_multiplier, max_grad_norm=self.spec.max_grad_norm,
+                noise_multiplier=sigma, max_grad_norm=self.spec.max_grad_norm,
             )
 
     def record(self, optimizer) -> DPRecord:

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch.func import functional_call, grad, vmap
 
+from defenses.dp_sgd import noise_for_epsilon
 from harness.attacker.ghost_norms import ghost_clipped_sum, ghost_layers
 from harness.attacker.stacked_training import train_stacked
 from victims.models.training import loss_fn
@@ -47,10 +48,7 @@ def noise_multiplier(recipe: Any, steps: int) -> float:
     dp = recipe.dp
     if dp.noise_multiplier is not None:
         return float(dp.noise_multiplier)
-    from opacus.accountants.utils import get_noise_multiplier
-
-    return float(get_noise_multiplier(target_epsilon=dp.epsilon, target_delta=dp.delta,
-                                      sample_rate=1.0, epochs=steps, accountant=dp.accountant))
+    return noise_for_epsilon(float(dp.epsilon), float(dp.delta), 1.0, int(steps), dp.accountant)
 
 
 def flatten_state(model: torch.nn.Module) -> torch.Tensor:

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch.func import functional_call, grad, vmap
 
+from defenses.dp_sgd import noise_for_epsilon
 from harness.attacker.ghost_norms import ghost_clipped_sum, ghost_layers
 from victims.models.training import loss_fn
 
@@ -54,10 +55,8 @@ def dp_noise_multiplier(dp: Any, q: float, epochs: int) -> float:
     """σ of a DP-SGD run: the given one, or Opacus' for the target ε at this q and epochs."""
     if dp.noise_multiplier is not None:
         return float(dp.noise_multiplier)
-    from opacus.accountants.utils import get_noise_multiplier
-
-    return float(get_noise_multiplier(target_epsilon=dp.epsilon, target_delta=dp.delta,
-                                      sample_rate=q, epochs=epochs, accountant=dp.accountant))
+    return noise_for_epsilon(float(dp.epsilon), float(dp.delta), float(q), int(epochs),
+                             dp.accountant)
 
 
 def train_stacked(recipe: Any, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor, seed: int = 0,

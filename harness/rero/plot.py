@@ -15,7 +15,7 @@ def sweep(kappa: float, p: accounting.Privacy, n: int = 5) -> dict[str, np.ndarr
     around its own; returns {"epsilon": ε at δ by RDP, "<kind>": γ, ...} sorted by ε."""
     from opacus.accountants.analysis.rdp import get_privacy_spent
 
-    orders = accounting.rdp_orders()[::3]
+    orders = accounting.coarse_orders()
     sigmas = p.noise_multiplier * np.geomspace(0.5, 4.0, n)
     cols: dict[str, list[float]] = {k: [] for k in ("epsilon", "eps_delta_dp", "rdp", "zcdp", "profile")}
     for sg in sigmas:

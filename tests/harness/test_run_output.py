@@ -28,16 +28,17 @@ def leakmeter(*args):
     return CliRunner().invoke(main, list(args))
 
 
-def test_non_tty_run_prints_each_stage_and_keeps_warnings_in_the_report(tmp_path):
+def test_non_tty_run_prints_each_stage_and_keeps_warnings_in_the_report(tmp_path, tracking_uri):
     """stdout and stderr are pipes here, as under cron or CI: no bars, so a line per stage; Opacus'
     and PyTorch's warnings go to report.json, not between those lines."""
     scen = make_scenario(name="dp", attacks=[{"name": "span_nonadaptive"}], defenses={
-        "dp_sgd": {"epsilon": 8.0, "delta": 1e-5, "max_grad_norm": 1.0}, "query_budget": 200})
+        "dp_sgd": {"noise_multiplier": 1.0, "delta": 1e-5, "max_grad_norm": 1.0}, "query_budget": 200})
     scen["victim"]["data"]["n_train"] = 128
     scen["victim"]["training"].update(epochs=1, momentum=0.0)
     (tmp_path / "dp.yaml").write_text(yaml.safe_dump(scen))
     env = {k: v for k, v in ENV.items() if k not in ("CI", "PYTHONWARNINGS")}
-    res = subprocess.run([*CLI, "run", "dp.yaml", "--out", "out"], cwd=tmp_path, env=env,
+    res = subprocess.run([*CLI, "run", "dp.yaml", "--out", "out", "--tracking-uri", tracking_uri],
+                         cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
     assert res.returncode in (0, 1), res.stderr[-2000:]
     stages = [ln for ln in res.stderr.splitlines() if ln.startswith("leakmeter: dp: ")]

@@ -96,3 +96,21 @@ def test_privacy_from_record_dict():
     p = A.Privacy.from_record({"epsilon": 3.0, "delta": 1e-5, "accountant": "rdp", "noise_multiplier": 1.0,
                                "sample_rate": 0.1, "steps": 100, "max_grad_norm": 1.0})
     assert p.has_mechanism and p.steps == 100 and p.epsilon == 3.0
+
+
+@pytest.mark.parametrize("sigma, q, steps", [(0.5, 0.5, 2), (1.0, 0.01, 1000), (0.3, 1.0, 100)])
+def test_prv_domain_from_the_cached_curve_matches_opacus_sizing(sigma, q, steps):
+    """The PRV domain is sized from our cached one-step RDP curve; Opacus sizes it from its own
+    accountant's orders: both valid RDP bounds, so the two agree to the grids' difference."""
+    from opacus.accountants.analysis.prv import PoissonSubsampledGaussianPRV, compute_safe_domain_size
+
+    theirs = compute_safe_domain_size(prvs=[PoissonSubsampledGaussianPRV(q, sigma)],
+                                      max_self_compositions=[steps], eps_error=0.01,
+                                      delta_error=1e-10)
+    ours = A._safe_domain_size(sigma, q, steps, 0.01, 1e-10)
+    assert ours == pytest.approx(theirs, rel=5e-3)
+    # RDP composes additively: k steps are k times one step, order by order
+    o, one = A.rdp_curve(sigma, q, 1)
+    _, many = A.rdp_curve(sigma, q, steps)
+    ok = np.isfinite(one)
+    assert np.allclose(many[ok], steps * one[ok], rtol=1e-12)

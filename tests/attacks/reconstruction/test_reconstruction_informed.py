@@ -99,11 +99,12 @@ def test_release_hides_targets_from_the_attacker():
     assert rel.aux_y is None  # target labels only on request (Thm. 8)
 
 
-@pytest.mark.parametrize("kind", ["whitebox", "prediction"])
+@pytest.mark.parametrize("kind", [pytest.param("whitebox", marks=pytest.mark.slow), "prediction"])
 def test_reconn_beats_nn_oracle(tmp_path, kind):
     # prediction: logits on 200 D₋ probes, decoded to parameters by ridge (Sec. VI-C + decode)
     # max_seconds well above the ~5 s this takes, so a loaded machine does not stop it early
-    s = _scenario([{"name": "reconn", "params": {"targets": 8, "shadows": 400, "hidden": 300,
+    # 16 targets: with 8 the median comparison sat within noise on some attacker seeds
+    s = _scenario([{"name": "reconn", "params": {"targets": 16, "shadows": 400, "hidden": 300,
                                                  "epochs": 40, "augment": ["reuse"],
                                                  "decode": "ridge", "max_seconds": 300}}],
                   interface={"kind": kind, "output": "logits"})
@@ -112,7 +113,9 @@ def test_reconn_beats_nn_oracle(tmp_path, kind):
     assert rep["attacks"][0]["status"] == "ok"
     assert m["success_rate"] >= 0.5 and m["mse_median"] < m["nn_mse_median"]
     assert m["success_ci_low"] <= m["success_rate"] <= m["success_ci_high"]
-    assert m["queries"] == (8 * 200 if kind == "prediction" else 0)
+    # one answer per probe per released model: min(200, |D₋|) probes (D₋ shrinks as targets grow)
+    probes = min(200, int(m["n_minus"]))
+    assert m["queries"] == (16 * probes if kind == "prediction" else 0)
     assert (tmp_path / "reconn" / "reconstructions.png").is_file()
 
 

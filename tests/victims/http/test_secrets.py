@@ -111,7 +111,7 @@ def _everything(tmp_path: Path, uri: str, outputs: list[str]) -> list[tuple[str,
     return texts
 
 
-@pytest.mark.parametrize("credential", ["token", "userinfo"])
+@pytest.mark.parametrize("credential", ["token", pytest.param("userinfo", marks=pytest.mark.slow)])
 def test_no_secret_reaches_any_output_report_or_mlflow_record(credential, tmp_path, tracking_uri):
     env = {**os.environ, "LEAKMETER_THREADS": "1", "LM_SECRET_TOKEN": TOKEN}
     with EchoServer(good=4) as srv:

@@ -114,6 +114,7 @@ def test_a_spent_key_gets_429_and_another_key_does_not(server):
     assert _post(port, json={"inputs": ROW}).status_code == 200
 
 
+@pytest.mark.slow  # ~15 s of held connections; benchmarks/server_hardening.py prints the figures
 def test_2000_idle_connections_and_a_half_sent_request_do_not_starve_a_client(server):
     _, port = server
     half = socket.create_connection(("127.0.0.1", port))
