@@ -36,6 +36,8 @@ def rdp_curve(noise_multiplier: float, sample_rate: float, steps: int,
     this is `steps` times one step's curve (as Opacus' `compute_rdp` computes it); one step's
     curve is computed once per (σ, q, orders), whatever the number of steps asked for."""
     a = rdp_orders() if orders is None else np.asarray(orders, dtype=np.float64)
+    if int(steps) <= 0:  # nothing was released: no privacy spent at any order
+        return a, np.zeros_like(a)
     r = _rdp_one_step(float(noise_multiplier), float(sample_rate), tuple(a.tolist()))
     return a, r * int(steps)
 

@@ -164,6 +164,12 @@ class QueryLearning(Attack):
                                      "intervals was searched and fitted", stopped_by="budget")
         if lines > p.lines:
             notes.append(f"{lines - p.lines} more line(s): the fit missed fresh answers")
+        if stopped is None and not fit.loss <= target:
+            # the procedure ended without a model that explains the answers as well as their own
+            # noise allows: the search is out of precision, not evidence that nothing leaks
+            stopped = "precision"
+            reason = (f"self-check: the fit misses fresh answers (normalised loss {fit.loss:.2g}, "
+                      f"the answers' noise allows {target:.2g}) after {lines} line(s)")
         metrics = {"neurons": float(fit.units), "lines": float(lines), "self_check_loss": fit.loss,
                    "regression_queries": float(len(fit.x)), "intervals": float(pieces),
                    "span": float(span), "noise_loss_floor": target}
