@@ -19,7 +19,7 @@ import torch
 from defenses.budget import Ledger
 from defenses.errors import BudgetExhausted
 from defenses.output import OutputDefenses
-from harness.errors import InterfaceError
+from harness.errors import AttackStopped, InterfaceError
 
 # which oracle methods each interface offers
 OFFERS = {
@@ -110,6 +110,17 @@ class OracleView:
         """How many of n queries the budget still allows."""
         rem = self.remaining
         return n if rem is None else max(0, min(n, rem))
+
+    @property
+    def budget(self) -> int | None:
+        """The run's whole query budget, shared by its attacks (None = unlimited)."""
+        return self._o.ledger.budget
+
+    def cannot_pay(self, need: int, what: str) -> AttackStopped:
+        """The stop for `need` queries the budget cannot pay (the runner tells the defense
+        holding from a budget that earlier attacks of the run had already spent)."""
+        return AttackStopped(f"the query budget cannot pay the {need} {what} ({self.remaining} of "
+                             f"{self.budget} left)", stopped_by="budget")
 
     @property
     def device(self) -> torch.device:

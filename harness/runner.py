@@ -335,6 +335,8 @@ def attempt(planned: Planned, view, ctx: RunContext, provider, victim, fail_on: 
     atk = planned.attack
     stop: Interrupted | None = None
     t0 = time.perf_counter()
+    left, total = view.remaining, view.budget
+    shared = (left, total) if left is not None and total is not None and left < total else None
     try:
         art = _run(atk, planned.params, view, ctx, entry)
     except Interrupted as exc:
@@ -344,7 +346,7 @@ def attempt(planned: Planned, view, ctx: RunContext, provider, victim, fail_on: 
     entry.update(queries=view.queries, queries_sent=view.queries_sent, **view.transport())
     if entry["status"] != "skipped":
         truth = getattr(provider, "truth", None) or victim.truth  # a release's own truth
-        _score_and_judge(atk, art, truth, victim.info, entry, fail_on)
+        _score_and_judge(atk, art, truth, victim.info, entry, fail_on, shared)
     if stop is not None:
         raise stop
     return art
@@ -376,8 +378,10 @@ def _run(atk: Attack, params: Any, view, ctx: RunContext, entry: dict[str, Any])
 
 
 def _score_and_judge(atk: Attack, art: Artifact | None, truth, info, entry: dict[str, Any],
-                     fail_on: str) -> None:
-    """Score whatever artifact exists against the truth, judge its risk, settle the status."""
+                     fail_on: str, shared: tuple[int, int] | None = None) -> None:
+    """Score whatever artifact exists against the truth, judge its risk, settle the status.
+    `shared`: (left, total) of the run's budget when the attack started, if earlier attacks had
+    spent some of it."""
     crashed = entry["status"] == "error"
     stopped_by = entry["stopped_by"]
     risk, why = None, ""
@@ -396,9 +400,15 @@ def _score_and_judge(atk: Attack, art: Artifact | None, truth, info, entry: dict
                      artifacts={k: str(v) for k, v in art.files.items()})
         if art.data.get("curves"):
             entry["curves"] = {k: [list(p) for p in pts] for k, pts in art.data["curves"].items()}
-    elif stopped_by == "budget" and not crashed:
+    elif stopped_by == "budget" and not crashed and shared is None:
         risk, why = "low", (f"the query budget stopped the attack after {entry['queries_sent']} "
                             "queries, before it had anything to score")
+    if stopped_by == "budget" and shared is not None and not reaches(risk, fail_on):
+        # not the defense holding: the run's earlier attacks had spent part of the shared budget
+        stopped_by = "assumption"
+        why = ((why + "; ") if why else "") + (
+            f"earlier attacks of this run spent the shared query budget ({shared[0]} of "
+            f"{shared[1]} left when this one started): run it alone, or first, to measure it")
     if stopped_by == "precision" and reaches(risk, fail_on):
         # a missed self-check is a metric: the scored artifact already shows the risk
         entry["notes"] = [*entry.get("notes", []), f"self-check: {entry.get('stop_reason', '')}"]

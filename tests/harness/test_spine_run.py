@@ -92,6 +92,25 @@ def test_budget_is_respected_exactly_and_result_is_partial(tmp_path):
     assert a["metrics"]["recovered_rank"] < 16 and a["risk"] != "high"  # the partial span, scored
 
 
+def test_an_attack_the_shared_budget_starved_is_incomplete_not_a_defense_that_held(tmp_path):
+    """Budget 97 (32 noise probes + one gradient point of d + 1 = 65): span_nonadaptive spends it
+    all first; surrogate then starts with 0 of 97 left.
+    Had it started with the whole budget, being stopped would be the defense holding (ok, low);
+    here the run's own first attack spent it, so nothing was shown about surrogate."""
+    s = scenario_from_dict(make_scenario(
+        interface={"kind": "prediction", "output": "probabilities"},
+        defenses={"query_budget": 97},
+        attacks=[{"name": "span_nonadaptive"}, {"name": "surrogate"}]))
+    rep = run_scenario(s, out=tmp_path / "o")
+    span, sur = rep["attacks"]
+    assert span["queries_sent"] == 97 and span["status"] == "ok" and span["stopped_by"] == "budget"
+    assert sur["queries_sent"] == 0 and sur["risk"] is None
+    assert sur["status"] == "incomplete" and sur["stopped_by"] == "assumption"
+    assert "0 of 97 left when this one started" in sur["reason"]
+    assert rep["verdict"] in ("inconclusive", "fail")  # fail only if the span alone reached it
+    assert rep["verdict"] == ("fail" if span["risk"] == "high" else "inconclusive")
+
+
 def test_label_only_api_skips_span_with_a_reason(tmp_path):
     rep = run_scenario(scenario_from_dict(make_scenario(interface={"kind": "prediction",
                                                                    "output": "label"})),

@@ -40,7 +40,6 @@ from harness.attacks import register, registry
 from harness.attacks.base import Artifact, Attack, Params
 from harness.attacks.membership.common import knowledge, needs_scores
 from harness.attacks.membership.mia_lira import lira_offline
-from harness.errors import AttackFailed
 from harness.scoring.audit import threshold_grid
 
 DEFAULT_DELTA = 1e-5
@@ -133,7 +132,7 @@ class DpAudit(Attack):
         info = oracle.info
         m = len(run.x)
         if not run.view.offers("weights") and run.view.affordable(m) < m:
-            raise AttackFailed(f"the budget cannot pay the {m} canary queries")
+            raise run.view.cannot_pay(m, "canary queries")
         if run.view.offers("weights"):
             w = run.view.weights()
             flat = torch.cat([v.reshape(-1) for v in w.values()]).to(info.device, info.dtype)

@@ -33,7 +33,7 @@ from harness.attacks.membership.common import (
     scores_artifact,
     target_phi,
 )
-from harness.errors import AttackFailed, AttackSkipped
+from harness.errors import AttackSkipped
 
 PER_POINT_MIN = 32  # models per side before per-point variances beat one pooled variance
 
@@ -105,7 +105,7 @@ class MiaLira(Attack):
         shifts = SHIFTS if params.augment == "shift" and len(oracle.info.input_shape) >= 2 else ((0, 0),)
         n = len(ev) if oracle.offers("weights") else affordable_prefix(oracle, len(ev), len(shifts))
         if n == 0:
-            raise AttackFailed("the query budget cannot pay for one evaluation point")
+            raise oracle.cannot_pay(len(shifts), "queries of one evaluation point")
         target = target_phi(oracle, kn, ev.x[:n], ev.y[:n], shifts)
         seed = ctx.threat.seed * 1009 + 13 if ctx.threat else ctx.seed  # shared by the run
         notes, metrics, curves = [], {"shadows": float(params.shadows)}, {}

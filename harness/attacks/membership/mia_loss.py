@@ -23,7 +23,6 @@ from harness.attacks.membership.common import (
     target_correct,
     target_phi,
 )
-from harness.errors import AttackFailed
 
 
 class LossParams(Params):
@@ -44,7 +43,7 @@ class MiaLoss(Attack):
         ev = kn.eval_set(params.max_members)
         n = affordable_prefix(oracle, len(ev)) if not oracle.offers("weights") else len(ev)
         if n == 0:
-            raise AttackFailed("the query budget cannot pay for one evaluation point")
+            raise oracle.cannot_pay(1, "query of one evaluation point")
         x, y = ev.x[:n], ev.y[:n]
         label_only = oracle.info.output == "label" and not (oracle.offers("weights") and kn.recipe)
         score = target_correct(oracle, x, y) if label_only else target_phi(oracle, kn, x, y)[:, 0]

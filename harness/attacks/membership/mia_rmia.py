@@ -37,7 +37,7 @@ from harness.attacks.membership.common import (
     target_phi,
 )
 from harness.attacks.membership.mia_lira import offline_design
-from harness.errors import AttackFailed, AttackSkipped
+from harness.errors import AttackSkipped
 from harness.scoring.roc import auc, roc
 
 A_GRID = tuple(i / 10 for i in range(11))
@@ -115,7 +115,7 @@ class MiaRmia(Attack):
         ev = kn.eval_set(params.max_members)
         n = len(ev) if oracle.offers("weights") else affordable_prefix(oracle, len(ev))
         if n == 0:
-            raise AttackFailed("the query budget cannot pay for one evaluation point")
+            raise oracle.cannot_pay(1, "query of one evaluation point")
         task = oracle.info.task
         p_t = prob_true(target_phi(oracle, kn, ev.x[:n], ev.y[:n])[:, 0])
         seed = ctx.threat.seed * 1009 + 13 if ctx.threat else ctx.seed  # shared by the run

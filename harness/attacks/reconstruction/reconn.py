@@ -197,7 +197,7 @@ class Reconn(Attack):
             f_sh = format_outputs(recipe.outputs_many(flat, probe), info.task, info.output)
             need = len(probe) * len(rel.views)
             if oracle.affordable(need) < need:
-                raise AttackFailed(f"the budget cannot pay the {need} probe queries")
+                raise oracle.cannot_pay(need, "probe queries")
             f_rel = torch.stack([view.predict(probe).reshape(-1) for view in rel.views]).to(f_sh)
             if params.decode == "ridge":
                 f_rel = ridge_decode(f_sh, f_rel, flat, params.ridge).to(flat)
