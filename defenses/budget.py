@@ -6,6 +6,8 @@ import threading
 
 from defenses.errors import BudgetExhausted
 
+STARTUP = "startup"  # who an endpoint's start-up check is billed as (the deployment's, not an attack's)
+
 
 class Ledger:
     """Counts queries in total and per attack; refuses a batch that would overrun the budget."""
@@ -28,6 +30,12 @@ class Ledger:
                 raise BudgetExhausted(n, self.budget - self.used, self.budget)
             self.used += n
             self.by_attack[who] = self.by_attack.get(who, 0) + n
+
+    def spent_by_other_attacks(self, who: str) -> int:
+        """Rows charged to attacks other than `who` (the start-up check and unnamed callers are
+        not attacks)."""
+        with self._lock:
+            return sum(n for k, n in self.by_attack.items() if k not in (who, STARTUP, "-"))
 
     def delivered(self, n: int, who: str = "-") -> None:
         """Record n rows answered to `who` (their answers reached the attacker)."""

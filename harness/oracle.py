@@ -116,6 +116,10 @@ class OracleView:
         """The run's whole query budget, shared by its attacks (None = unlimited)."""
         return self._o.ledger.budget
 
+    def spent_by_other_attacks(self) -> int:
+        """Rows the run's other attacks have been charged so far."""
+        return self._o.ledger.spent_by_other_attacks(self.attack)
+
     def cannot_pay(self, need: int, what: str) -> AttackStopped:
         """The stop for `need` queries the budget cannot pay (the runner tells the defense
         holding from a budget that earlier attacks of the run had already spent)."""

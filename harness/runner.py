@@ -336,7 +336,7 @@ def attempt(planned: Planned, view, ctx: RunContext, provider, victim, fail_on: 
     stop: Interrupted | None = None
     t0 = time.perf_counter()
     left, total = view.remaining, view.budget
-    shared = (left, total) if left is not None and total is not None and left < total else None
+    shared = (left, total) if total is not None and view.spent_by_other_attacks() else None
     try:
         art = _run(atk, planned.params, view, ctx, entry)
     except Interrupted as exc:

@@ -107,7 +107,6 @@ def test_an_attack_the_shared_budget_starved_is_incomplete_not_a_defense_that_he
     assert sur["queries_sent"] == 0 and sur["risk"] is None
     assert sur["status"] == "incomplete" and sur["stopped_by"] == "assumption"
     assert "0 of 97 left when this one started" in sur["reason"]
-    assert rep["verdict"] in ("inconclusive", "fail")  # fail only if the span alone reached it
     assert rep["verdict"] == ("fail" if span["risk"] == "high" else "inconclusive")
 
 

@@ -39,6 +39,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import numpy as np
 import torch
 
+from defenses.budget import STARTUP
 from defenses.errors import BudgetExhausted
 from victims.errors import BadInput, InterfaceError
 from victims.http.protocol import display_url, extract_path, fill, retry_after, template_has
@@ -49,7 +50,6 @@ __all__ = ["EndpointError", "EndpointFaults", "EndpointRefused", "EndpointQuotaE
 
 MAX_RETRY_AFTER_S = 60.0  # a longer Retry-After is a refusal, not a transient fault
 MAX_BACKOFF_S = 30.0
-STARTUP = "startup"  # who the start-up check is billed as
 
 
 class EndpointError(Exception):

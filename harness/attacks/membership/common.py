@@ -44,9 +44,23 @@ def needs_scores(info) -> str | None:
     return None
 
 
-def affordable_prefix(oracle, n: int, per_point: int = 1) -> int:
-    """How many evaluation points (from the start of the secret order) the budget pays for."""
-    return oracle.affordable(n * per_point) // per_point
+def reference_recipe(kn) -> Any:
+    """The training recipe reference models are trained with, or AttackSkipped when unknown."""
+    if kn.recipe is None:
+        raise AttackSkipped("reference models need the victim's architecture (a model file "
+                            "needs `spec:`)")
+    return kn.recipe
+
+
+def paid_points(oracle, n: int, per_point: int = 1) -> int:
+    """How many of the n evaluation points (from the start of the secret order) are scored: all
+    from released weights, else as many as the budget pays for (a budget stop when none)."""
+    if oracle.offers("weights"):
+        return n
+    k = oracle.affordable(n * per_point) // per_point
+    if k == 0:
+        raise oracle.cannot_pay(per_point, "queries of one evaluation point")
+    return k
 
 
 def target_phi(oracle, kn, x: torch.Tensor, y: torch.Tensor,

@@ -26,10 +26,11 @@ from harness.attacker.reference_models import SHIFTS, reference_phi, shared_refe
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
 from harness.attacks.membership.common import (
-    affordable_prefix,
     judge_membership,
     knowledge,
     needs_scores,
+    paid_points,
+    reference_recipe,
     scores_artifact,
     target_phi,
 )
@@ -97,15 +98,10 @@ class MiaLira(Attack):
 
     def run(self, oracle, params: LiraParams, ctx) -> Artifact:
         kn = knowledge(ctx)
-        recipe = kn.recipe
-        if recipe is None:
-            raise AttackSkipped("reference models need the victim's architecture (a model file "
-                                "needs `spec:`)")
+        recipe = reference_recipe(kn)
         ev = kn.eval_set(params.max_members)
         shifts = SHIFTS if params.augment == "shift" and len(oracle.info.input_shape) >= 2 else ((0, 0),)
-        n = len(ev) if oracle.offers("weights") else affordable_prefix(oracle, len(ev), len(shifts))
-        if n == 0:
-            raise oracle.cannot_pay(len(shifts), "queries of one evaluation point")
+        n = paid_points(oracle, len(ev), len(shifts))
         target = target_phi(oracle, kn, ev.x[:n], ev.y[:n], shifts)
         seed = ctx.threat.seed * 1009 + 13 if ctx.threat else ctx.seed  # shared by the run
         notes, metrics, curves = [], {"shadows": float(params.shadows)}, {}

@@ -16,9 +16,9 @@ from __future__ import annotations
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
 from harness.attacks.membership.common import (
-    affordable_prefix,
     judge_membership,
     knowledge,
+    paid_points,
     scores_artifact,
     target_correct,
     target_phi,
@@ -41,9 +41,7 @@ class MiaLoss(Attack):
     def run(self, oracle, params: LossParams, ctx) -> Artifact:
         kn = knowledge(ctx)
         ev = kn.eval_set(params.max_members)
-        n = affordable_prefix(oracle, len(ev)) if not oracle.offers("weights") else len(ev)
-        if n == 0:
-            raise oracle.cannot_pay(1, "query of one evaluation point")
+        n = paid_points(oracle, len(ev))
         x, y = ev.x[:n], ev.y[:n]
         label_only = oracle.info.output == "label" and not (oracle.offers("weights") and kn.recipe)
         score = target_correct(oracle, x, y) if label_only else target_phi(oracle, kn, x, y)[:, 0]

@@ -29,10 +29,11 @@ from harness.attacker.signals import prob_true
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
 from harness.attacks.membership.common import (
-    affordable_prefix,
     judge_membership,
     knowledge,
     needs_scores,
+    paid_points,
+    reference_recipe,
     scores_artifact,
     target_phi,
 )
@@ -108,14 +109,9 @@ class MiaRmia(Attack):
 
     def run(self, oracle, params: RmiaParams, ctx) -> Artifact:
         kn = knowledge(ctx)
-        recipe = kn.recipe
-        if recipe is None:
-            raise AttackSkipped("reference models need the victim's architecture (a model file "
-                                "needs `spec:`)")
+        recipe = reference_recipe(kn)
         ev = kn.eval_set(params.max_members)
-        n = len(ev) if oracle.offers("weights") else affordable_prefix(oracle, len(ev))
-        if n == 0:
-            raise oracle.cannot_pay(1, "query of one evaluation point")
+        n = paid_points(oracle, len(ev))
         task = oracle.info.task
         p_t = prob_true(target_phi(oracle, kn, ev.x[:n], ev.y[:n])[:, 0])
         seed = ctx.threat.seed * 1009 + 13 if ctx.threat else ctx.seed  # shared by the run

@@ -11,11 +11,12 @@ import json
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import numpy as np
 import pytest
 import torch
+from loopback import LoopbackServer
 
 from defenses.output import OutputDefenses
 from harness.errors import BadInput, BudgetExhausted
@@ -42,7 +43,7 @@ def softmax_rows(x: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
-class FaultServer:
+class FaultServer(LoopbackServer):
     """A threaded HTTP server whose i-th request meets `schedule(i)`: ok, 500, html502, 429,
     drop, sleep, badjson, nan, cols, rows, quota, echo401. `protocol="json"` speaks
     {"instances": rows} → {"result": {"scores": ...}}."""
@@ -113,22 +114,7 @@ class FaultServer:
                     "predictions": p.tolist()}
                 return self._send(200, json.dumps(out).encode())
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/invocations"
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=5)
+        self._serve(Handler)
 
 
 def remote(url: str, budget: int | None = None, **endpoint):

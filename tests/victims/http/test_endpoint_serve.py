@@ -221,3 +221,20 @@ def test_cli_serve_and_scan_never_reveal_the_token(tmp_path, monkeypatch, tracki
         for f in tmp_path.rglob("*"):  # reports, MLflow store and artifacts, everything written
             if f.is_file():
                 assert secret.encode() not in f.read_bytes(), f
+
+
+def test_the_start_up_check_is_not_an_earlier_attack_spending_the_budget(tmp_path):
+    """Behind an endpoint the start-up check is charged to the budget before any attack: the one
+    attack the budget then stops still started with all the attacks' share, so it is `ok`
+    (the defense held), not `incomplete` as one starved by earlier attacks would be."""
+    s = digits(defenses={"query_budget": 150})
+    served, _ = build_served(scenario_from_dict(s))
+    server = VictimServer(served).start()
+    try:
+        rep = run_scenario(scenario_from_dict(with_endpoint(s, server.url)), out=tmp_path / "o")
+    finally:
+        server.close()
+    (a,) = rep["attacks"]
+    assert 0 < rep["queries_sent_total"] - a["queries_sent"]  # the start-up check was charged
+    assert rep["queries_sent_total"] <= 150
+    assert a["status"] == "ok" and a["stopped_by"] == "budget", a["reason"]

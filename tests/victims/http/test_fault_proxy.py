@@ -19,11 +19,12 @@ import struct
 import subprocess
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 import requests
 import yaml
+from loopback import LoopbackServer
 
 from harness.runner import run_scenario
 from harness.scenario import scenario_from_dict
@@ -43,7 +44,7 @@ SERVED = {
 }
 
 
-class FaultProxy:
+class FaultProxy(LoopbackServer):
     """Forwards POSTs to `upstream`; request i meets a fault with probability `rate` (seeded):
     drop (no answer, never forwarded), drop-after (forwarded, the answer lost), reset (TCP RST),
     503, or 429 with Retry-After: 0. Counts rows received, forwarded and answered upstream."""
@@ -113,21 +114,7 @@ class FaultProxy:
                         outer.rows_delivered += n
                 return self._reply(up.status_code, up.content)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/invocations"
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self._serve(Handler)
 
 
 @pytest.fixture(scope="module")

@@ -10,13 +10,13 @@ import json
 import os
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from loopback import LoopbackServer
 
 TOKEN = "tok-Ux81-env-secret-value"
 QUERY_KEY = "qk-55Gh-query-secret"
@@ -26,7 +26,7 @@ SECRETS = [TOKEN, QUERY_KEY, PASSWORD, BASIC, PASSWORD.replace("/", "%2F"), "pw-
 W = np.random.default_rng(0).standard_normal((64, 10))
 
 
-class EchoServer:
+class EchoServer(LoopbackServer):
     """Answers the first `good` requests with softmax(xW); then echoes the request line (URL
     with its query) and every header in a 400 (or 401) error body."""
 
@@ -62,20 +62,7 @@ class EchoServer:
                 self.end_headers()
                 self.wfile.write(raw)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def port(self) -> int:
-        return self.httpd.server_address[1]
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self._serve(Handler)
 
 
 def _scenario(tmp_path: Path, url: str, **endpoint) -> Path:
