@@ -20,7 +20,9 @@ from pathlib import Path
 
 os.environ.setdefault("LEAKMETER_THREADS", "1")
 os.environ.setdefault("LEAKMETER_PROGRESS", "0")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+ROOT = Path(__file__).resolve().parents[1]
+# the checkout first: tests/victims/ (no __init__) must not shadow the victims package
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import torch  # noqa: E402
 from attack_direct import run_direct  # noqa: E402

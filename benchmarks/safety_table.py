@@ -25,10 +25,10 @@ from pathlib import Path
 import yaml
 
 HERE = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(HERE))  # this checkout builds the crafted files, whatever is tested
-sys.path.insert(0, str(HERE / "tests" / "harness"))
-sys.path.insert(0, str(HERE / "tests" / "victims"))
-sys.path.insert(0, str(HERE / "tests"))
+# this checkout first (it builds the crafted files, whatever is tested; tests/victims/ has no
+# __init__ and must not shadow the victims package), then the test helpers
+sys.path[:0] = [str(HERE), str(HERE / "tests"), str(HERE / "tests" / "victims"),
+                str(HERE / "tests" / "harness")]
 
 from test_validation_table import BASE, ENDPOINT, ROWS, _write  # noqa: E402
 
