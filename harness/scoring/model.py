@@ -132,7 +132,9 @@ def match_units(a, b, w, normals, offsets) -> dict[str, float]:
     rec = torch.cat([normals, offsets[:, None]], 1).double()
     if len(rec) == 0:
         return {"units_true": float(len(true)), "units_matched": 0.0, "param_error": float("inf")}
-    dist = torch.minimum(torch.cdist(true, rec), torch.cdist(true, -rec))
+    exact = "donot_use_mm_for_euclid_dist"  # the matmul shortcut loses distances below ~1e-8
+    dist = torch.minimum(torch.cdist(true, rec, compute_mode=exact),
+                         torch.cdist(true, -rec, compute_mode=exact))
     best = dist.min(dim=1).values
     tol = 1e-4
     return {"units_true": float(len(true)), "units_matched": float((best < tol).sum()),

@@ -18,7 +18,11 @@ import torch
 
 from harness.attacks.base import Artifact
 from harness.attacks.extraction import relu_lines as rl
-from harness.attacks.extraction.plane_refine import refine_planes, relocate_offsets
+from harness.attacks.extraction.plane_refine import (
+    refine_planes,
+    relocate_offsets,
+    relocate_offsets_by_values,
+)
 from harness.attacks.gradients import AnswerNoise, estimate_noise
 from harness.errors import AssumptionViolated, PrecisionLimit
 
@@ -134,6 +138,10 @@ def extract(oracle, ctx, p, search: str) -> Artifact:
             n, b, w, jumps, at, fine = find_planes(oracle, line, grid, p, search, noise, tol, ctx.gen)
             size = jumps.norm(dim=1)
             n, b = rl.canonical(n, b)
+            if search == "values" and noise.rel < 1e-12 and len(n):
+                # float64-clean answers: each offset measured again where the plane is nearest
+                # the origin, not at a kink far out on the line
+                b, _ = relocate_offsets_by_values(oracle, n, b, at, size, noise)
             if search == "values" and noise.rel >= 1e-12 and len(n):
                 # coarse answers: re-measure the planes this line adds (not those known already)
                 new = state.novel(n, b, 0.05)

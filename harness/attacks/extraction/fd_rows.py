@@ -4,9 +4,11 @@ rank-one jump wᵢ·Aᵢᵀ of the unit between them.
 
 The step is chosen from the answers' noise σ (estimated from queries, `estimate_noise`):
 - float64-clean answers: forward differences (d + 1 queries per cell), a step of `fd_step`
-  relative to the point, well inside the cell (1e-2 of the distance to the nearest kink), and
-  one probe query per cell that checks no coordinate step left the cell (else central
-  differences with the repair below);
+  relative to the point, inside the cell (at most 1e-1 of the distance along the line to the
+  nearest kink: a coordinate step reaches a neighbouring plane only if that plane is nearly
+  parallel to the line), and one probe query per cell that checks no coordinate step left the
+  cell (else central differences with the repair below). The normal's error is ~σ·√d/(step·|p|),
+  p the unit's output weight: the largest step the cell allows matters for weak units;
 - coarser answers (float32 arithmetic, rounding, noise): the error of a difference quotient is
   σ/s, so the step is made as large as the cell allows — central differences (2d + 1 queries)
   with a step of a tenth of the distance to the nearest kink on the line; a coordinate whose
@@ -91,7 +93,7 @@ def jacobian_jumps(oracle, line: rl.Line, t: torch.Tensor, noise: AnswerNoise,
     gap = torch.minimum(mids - edges[:-1], edges[1:] - mids)
     reach = gap * line.v.norm() / oracle.info.dim**0.5  # a typical coordinate's share of the move
     if noise.rel < 1e-12:
-        step = torch.minimum(fd_step * x.abs().amax(dim=1).clamp_min(1.0), 1e-2 * gap)
+        step = torch.minimum(fd_step * x.abs().amax(dim=1).clamp_min(1.0), 0.1 * gap)
         probes = None
         if gen is not None:
             probes = torch.randn(x.shape, generator=gen, dtype=x.dtype).to(x.device)

@@ -7,9 +7,12 @@ kinks on the line are found from values (an interval is bisected while its midpo
 chord of its ends, 1 query per step), located exactly by intersecting the affine pieces on
 either side, and the finite-difference Jacobian is taken once per cell between consecutive
 kinks ((h + 1)(d + 1) queries); the jump between neighbouring cells is the rank-one wᵢAᵢᵀ, whose
-top singular vector is unit i's normal. Total ≈ h·log(1/eps) + (h + 1)(d + 1) queries instead
-of the paper's d·h·log(1/eps). Output layer, multi-output handling, missed rows and the
-self-check are as in `gradient_exact`.
+top singular vector is unit i's normal. A kink's position is checked at three points (its own
+and the middle of each outer segment: a kink missed nearby bends a piece into a chord), and each
+offset is measured again at the plane's point nearest the origin (6 queries): a kink found far
+out on the line would carry the normal's error times its distance into the offset.
+Total ≈ h·log(1/eps) + (h + 1)(d + 1) + 9h queries instead of the paper's d·h·log(1/eps).
+Output layer, multi-output handling, missed rows and the self-check are as in `gradient_exact`.
 
 What the interface must offer: real-valued predictions. Logits are used as they are;
 probabilities are turned back into logit differences — centred log-probabilities

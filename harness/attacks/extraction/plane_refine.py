@@ -148,3 +148,51 @@ def relocate_offsets(oracle, n: torch.Tensor, b: torch.Tensor, reach: torch.Tens
     along = (jump * n).sum(1).abs() / jump.norm(dim=1).clamp_min(1e-300)
     ours = seen & (along > 1 - 1e-4) & ((tr - tl) <= fine * b.abs().clamp_min(1.0))
     return torch.where(ours, b - (tl + tr) / 2, b)
+
+
+def relocate_offsets_by_values(oracle, n: torch.Tensor, b: torch.Tensor, at: torch.Tensor,
+                               jumps: torch.Tensor, noise: AnswerNoise, tries: int = 5
+                               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Offsets of the planes n·x + b = 0 (unit n, kinks seen at points `at`, slope jumps of
+    size `jumps`) re-measured from predictions at each plane's foot −b·n, the point nearest the
+    origin: on the line foot + τ·n the values are asked at τ = ±w, ±2w, ±3w and the two affine
+    pieces intersected (6 queries per plane). A kink located far out on a search line carries
+    the normal's error times its distance into the offset; at the foot that distance is |b|.
+    w = 1e-6·max(1, |at|) covers that error; a plane whose pieces are not straight within 20σ,
+    whose slope change is not its own to 1e-5 (another plane crossing inside ±w adds its own),
+    or whose kink lies outside ±1.5w is tried again with w/4 (`tries` times in all), then keeps its
+    offset. Returns
+    (offsets, relocated mask)."""
+    h = len(n)
+    moved = torch.zeros(h, dtype=torch.bool, device=n.device)
+    if h == 0:
+        return b, moved
+    b = b.clone()
+    offs = OFFSETS.to(n.device)
+    w = 1e-6 * at.norm(dim=1).clamp_min(1.0)
+    for _ in range(tries):
+        i = torch.nonzero(~moved).flatten()
+        if not len(i):
+            break
+        foot = -b[i, None] * n[i]
+        pts = foot[:, None, :] + (w[i, None] * offs)[..., None] * n[i, None, :]
+        f = rl.ask(oracle, pts.reshape(-1, n.shape[1])).reshape(len(i), len(offs), -1)
+        sig = noise.at(foot)
+        bend = torch.maximum((f[:, 0] + f[:, 2] - 2 * f[:, 1]).abs().amax(-1),
+                             (f[:, 3] + f[:, 5] - 2 * f[:, 4]).abs().amax(-1))
+        sl = (f[:, 2] - f[:, 0]) / (2 * w[i, None])
+        sr = (f[:, 5] - f[:, 3]) / (2 * w[i, None])
+        al, ar = f[:, 2] + w[i, None] * sl, f[:, 3] - w[i, None] * sr  # both pieces at τ = 0
+        ds = sl - sr
+        den = (ds * ds).sum(-1)
+        tau = ((ar - al) * ds).sum(-1) / den.clamp_min(1e-300)
+        ratio = den.sqrt() / jumps[i].clamp_min(1e-300)
+        # another plane crossing between −w and w (no probe there) leaves both pieces straight
+        # but adds its slope change: the change must be this unit's own, to its precision
+        slack = 1e-5 + 100 * sig / (w[i] * jumps[i].clamp_min(1e-300))
+        ok = (bend <= 20 * sig) & (tau.abs() < 1.5 * w[i]) & ((ratio - 1).abs() <= slack)
+        ok &= torch.isfinite(tau)
+        b[i[ok]] = b[i[ok]] - tau[ok]
+        moved[i[ok]] = True
+        w[i[~ok]] = w[i[~ok]] / 4
+    return b, moved

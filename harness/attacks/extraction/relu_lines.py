@@ -188,23 +188,27 @@ def bisect_values(oracle, line: Line, grid: torch.Tensor, w_min: float, noise,
 
 
 def locate(oracle, line: Line, tl: torch.Tensor, tr: torch.Tensor,
-           fl: torch.Tensor | None = None, fr: torch.Tensor | None = None, reach: float = 2.0,
-           check=None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+           fl: torch.Tensor | None = None, fr: torch.Tensor | None = None,
+           reach: float | torch.Tensor = 2.0, check=None
+           ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Exact kink positions inside narrow brackets: intersect the affine pieces of F on each
     side (each from two values: the bracket end and one more point `reach` bracket-widths
-    outside). Falls back to the bracket's midpoint when the intersection leaves the bracket.
-    With `check` (the answers' noise), F is also asked at each t* and the positions come back
-    with a mask of those where it equals the pieces' common value within 20σ: where it does
-    not, another kink lies within reach and bent a piece."""
+    outside; `reach` a number or one per bracket). Falls back to the bracket's midpoint when the
+    intersection leaves the bracket. With `check` (the answers' noise), F is also asked at t* and
+    at the middle of each outer segment, and the positions come back with a mask of those where
+    all three lie on their pieces within 20σ. A kink inside an outer segment bends that piece
+    into a chord: the intersection then still lies on the other, true piece (so F(t*) alone
+    cannot tell), but the chord's middle leaves F."""
     w = (tr - tl).clamp_min(1e-300)
-    ts = [tl - reach * w, tr + reach * w] if fl is not None else \
-        [tl - reach * w, tl, tr, tr + reach * w]
+    far = reach * w  # (N,)
+    ts = [tl - far, tr + far] if fl is not None else [tl - far, tl, tr, tr + far]
     vals = ask(oracle, line.at(torch.cat(ts))).reshape(len(ts), len(tl), -1)
     if fl is None:
         fll, fl, fr, frr = vals
     else:
         fll, frr = vals
-    sl, sr = (fl - fll) / (reach * w[:, None]), (frr - fr) / (reach * w[:, None])
+    far_col = far[:, None]
+    sl, sr = (fl - fll) / far_col, (frr - fr) / far_col
     ds = sl - sr
     rhs = fr - fl + sl * tl[:, None] - sr * tr[:, None]
     den = (ds * ds).sum(1)
@@ -213,24 +217,31 @@ def locate(oracle, line: Line, tl: torch.Tensor, tr: torch.Tensor,
     t = torch.where(ok, t, (tl + tr) / 2)
     if check is None:
         return t
-    x = line.at(t)
-    on = fl + sl * (t - tl)[:, None]
+    probes = torch.cat([t, tl - far / 2, tr + far / 2])
+    x = line.at(probes)
+    on = torch.cat([fl + sl * (t - tl)[:, None], fl - sl * far_col / 2, fr + sr * far_col / 2])
     miss = torch.nan_to_num((ask(oracle, x) - on).abs().amax(1), nan=float("inf"))
-    return t, ok & (miss <= 20 * check.at(x) + 1e-12 * on.abs().amax(1))
+    fine = miss <= 20 * check.at(x) + 1e-12 * on.abs().amax(1)
+    return t, ok & fine.reshape(3, len(t)).all(0)
 
 
 def locate_sure(oracle, line: Line, tl: torch.Tensor, tr: torch.Tensor, fl: torch.Tensor,
                 fr: torch.Tensor, noise, tries: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
-    """`locate` with its check, moving the outer points 16 times closer to the bracket where a
-    nearby kink bent a piece (up to `tries` times); returns (t, checked mask)."""
-    t, sure = locate(oracle, line, tl, tr, fl, fr, check=noise)
-    reach = 2.0
+    """`locate` with its check on sorted brackets: the outer points stay within 45% of the room
+    to the neighbouring brackets (where another kink lies), and move 16 times closer where a
+    kink the search missed still bent a piece (up to `tries` times); returns (t, checked mask)."""
+    w = (tr - tl).clamp_min(1e-300)
+    inf = tl.new_full((1,), float("inf"))
+    room = torch.minimum(tl - torch.cat([-inf, tr[:-1]]), torch.cat([tl[1:], inf]) - tr)
+    reach = (0.45 * room / w).clamp(1 / 16, 2.0)  # brackets that touch: the check decides
+    t, sure = locate(oracle, line, tl, tr, fl, fr, reach, check=noise)
     for _ in range(tries - 1):
         redo = ~sure
         if not bool(redo.any()):
             break
-        reach /= 16
-        t2, s2 = locate(oracle, line, tl[redo], tr[redo], fl[redo], fr[redo], reach, check=noise)
+        reach = torch.where(redo, reach / 16, reach)
+        t2, s2 = locate(oracle, line, tl[redo], tr[redo], fl[redo], fr[redo], reach[redo],
+                        check=noise)
         t[redo], sure[redo] = t2, s2
     return t, sure
 
