@@ -18,6 +18,36 @@ from dataclasses import dataclass, fields
 import torch
 
 from harness.attacks.extraction import relu_lines as rl
+from harness.attacks.gradients import AnswerNoise
+
+
+@dataclass
+class Precision:
+    """What coarse answers allow, measured by the attacker: `noise`, the error of one value (it
+    grows with |x|, `AnswerNoise.at`); `grad`, the error norm of one GETGRADIENT row (σ/α
+    amplified by the random directions' solve; α is relative to |x|, so it does not grow),
+    from two measurements at the same points (`measure_precision`)."""
+
+    noise: AnswerNoise
+    grad: float
+
+    def slope_allowance(self, line: rl.Line, pc: Pieces) -> torch.Tensor:
+        """6 standard errors of chord slope − ∇F·v on each piece."""
+        along = self.grad * line.v.norm() / line.v.numel() ** 0.5  # random error projected on v
+        sigma = self.noise.at(line.at(pc.tm))
+        return 6 * (along + 2**0.5 * sigma / (pc.tr - pc.tl).clamp_min(1e-300))
+
+
+def measure_precision(oracle, alpha: float, noise: AnswerNoise, gen: torch.Generator,
+                      points: int = 8) -> Precision:
+    """GETGRADIENT twice at `points` Gaussian points with fresh random directions: the median
+    difference norm / √2 is one gradient's error (2·points·(d + 1) queries)."""
+    d = oracle.info.dim
+    x = torch.randn(points, d, generator=gen, dtype=torch.float64).to(oracle.device)
+    _, g1 = get_gradients(oracle, x, alpha, gen)
+    _, g2 = get_gradients(oracle, x, alpha, gen)
+    diff = torch.nan_to_num((g1 - g2).norm(dim=2), nan=float("inf"))
+    return Precision(noise, float(diff.median()) / 2**0.5)
 
 
 def get_gradients(oracle, x: torch.Tensor, alpha: float, gen: torch.Generator):
@@ -62,11 +92,13 @@ class Pieces:
     def chord(self) -> torch.Tensor:
         return (self.fr - self.fl) / (self.tr - self.tl)[:, None]
 
-    def clean(self, v: torch.Tensor, tol: float) -> torch.Tensor:
-        """Pieces with no kink inside: chord slope = ∇F·v at the midpoint (relative `tol`)."""
-        chord, along = self.chord(), self.g @ v
+    def clean(self, line: rl.Line, tol: float, prec: Precision | None = None) -> torch.Tensor:
+        """Pieces with no kink inside: chord slope = ∇F·v at the midpoint (relative `tol`, plus
+        6 standard errors of the answers' noise)."""
+        chord, along = self.chord(), self.g @ line.v
         scale = chord.abs().amax(1) + along.abs().amax(1) + 1e-300
-        ok = (chord - along).abs().amax(1) <= tol * scale
+        allow = prec.slope_allowance(line, self) if prec else 0.0
+        ok = (chord - along).abs().amax(1) <= tol * scale + allow
         return ok & ~(self.fm.isnan().any(1) | self.fl.isnan().any(1) | self.fr.isnan().any(1))
 
 
@@ -90,7 +122,8 @@ def halve(oracle, line: rl.Line, pc: Pieces, alpha: float, gen) -> Pieces:
                   torch.cat([m1, m2]), f, g, no)
 
 
-def meets_once(oracle, line: rl.Line, pc: Pieces, i: torch.Tensor, tol: float) -> torch.Tensor:
+def meets_once(oracle, line: rl.Line, pc: Pieces, i: torch.Tensor, tol: float,
+               prec: Precision | None = None) -> torch.Tensor:
     """For lone kinked pieces i (clean neighbours i ± 1): True where the neighbours' affine maps
     along the line meet at one t* inside piece i and F(t*) is their common value there (one
     query each): one kink. Two kinks t₁ < t₂ leave F(t*) on the middle piece, off both maps."""
@@ -104,16 +137,21 @@ def meets_once(oracle, line: rl.Line, pc: Pieces, i: torch.Tensor, tol: float) -
     f = rl.ask(oracle, line.at(t))
     on = cl + sl * t[:, None]
     scale = on.abs().amax(1) + f.abs().amax(1) + 1e-300
-    return inside & ((f - on).abs().amax(1) <= tol * scale)
+    allow = 0.0
+    if prec is not None:  # the chord's error carried out to t*, and F's own
+        reach = (t - pc.tm[left]).abs() / (pc.tr[left] - pc.tl[left]).clamp_min(1e-300)
+        allow = 20 * prec.noise.at(line.at(t)) * (1 + reach)
+    return inside & ((f - on).abs().amax(1) <= tol * scale + allow)
 
 
 def isolate_kinks(oracle, line: rl.Line, pc: Pieces, alpha: float, tol: float, gen, *,
-                  min_width: float, max_pieces: int, rounds: int = 12) -> Pieces:
+                  min_width: float, max_pieces: int, rounds: int = 12,
+                  prec: Precision | None = None) -> Pieces:
     """Halve kinked pieces that may hold more than one kink (see the module docstring), round
     by round, within the budget; the end pieces are left to the span's growth."""
     d = oracle.info.dim
     for _ in range(rounds):
-        kinked = ~pc.clean(line.v, tol)
+        kinked = ~pc.clean(line, tol, prec)
         if float(kinked.double().mean()) > 0.5:  # not piecewise linear at this tolerance: noise
             break
         crowd = torch.zeros_like(kinked)
@@ -124,7 +162,7 @@ def isolate_kinks(oracle, line: rl.Line, pc: Pieces, alpha: float, tol: float, g
         crowd &= inner
         lone = torch.nonzero(kinked & ~crowd & ~pc.single & inner).flatten()
         if len(lone) and oracle.affordable(len(lone)) == len(lone):
-            once = meets_once(oracle, line, pc, lone, tol)
+            once = meets_once(oracle, line, pc, lone, tol, prec)
             pc.single[lone[once]] = True
             crowd[lone[~once]] = True
         wide = (pc.tr - pc.tl) > min_width * torch.maximum(pc.tl.abs(), pc.tr.abs()).clamp_min(1.0)
@@ -136,16 +174,19 @@ def isolate_kinks(oracle, line: rl.Line, pc: Pieces, alpha: float, tol: float, g
     return pc
 
 
-def neurons(pc: Pieces, line: rl.Line, tol: float, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+def neurons(pc: Pieces, line: rl.Line, tol: float, dim: int, prec: Precision | None = None
+            ) -> tuple[torch.Tensor, torch.Tensor]:
     """Candidate neurons (w (M, d), b (M,)) with ReLU(w·x − b) from the jumps between
-    neighbouring clean pieces (Alg. 3)."""
-    clean = pc.clean(line.v, tol)
+    neighbouring clean pieces (Alg. 3); a jump within 8 standard errors of two gradients'
+    noise is no neuron."""
+    clean = pc.clean(line, tol, prec)
     intercept = pc.fm - pc.chord() * pc.tm[:, None]  # b_L(I) = F(t_mid) − s·t_mid  (Alg. 1)
     # the d-dimensional affine piece F(x) = G x + c at the midpoint: c = b_L − G·x₀
     g, c = pc.g[clean], intercept[clean] - pc.g[clean] @ line.u
     dg, dc = g[1:] - g[:-1], c[1:] - c[:-1]
     size = dg.flatten(1).norm(dim=1)
-    keep = size > 1e-6 * (g.flatten(1).norm(dim=1).max() if len(g) else 1.0)
+    floor = 8 * prec.grad * (2 * g.shape[1]) ** 0.5 if prec else 0.0
+    keep = (size > 1e-6 * (g.flatten(1).norm(dim=1).max() if len(g) else 1.0)) & (size > floor)
     dg, dc = dg[keep], dc[keep]
     if not len(dg):
         return dg.new_zeros(0, dim), dg.new_zeros(0)
@@ -155,3 +196,4 @@ def neurons(pc: Pieces, line: rl.Line, tol: float, dim: int) -> tuple[torch.Tens
     a = u[:, :, 0] * s[:, :1]  # (M, K)
     b = -(dc * a).sum(1) / (a * a).sum(1)  # dc ≈ −a·b
     return w, b
+

@@ -18,7 +18,12 @@ Practical choices instead of the theory's constants (documented, not required by
   halved, so neighbouring clean pieces differ by one neuron (many neurons, k > d, crowd the
   pieces: a fixed partition loses them). A kink in an end piece (large biases push kinks out)
   quadruples the span, and the line is searched again;
-- α = `alpha`·max(1, |x|) (1e-6: below any realistic distance to a kink, above rounding);
+- α = `alpha`·max(1, |x|) (1e-6 on float64-clean answers: below any realistic distance to a
+  kink, above rounding). Coarse answers (float32 arithmetic, rounding, noise; σ measured from
+  the answers) take α = 3·√(σ/|F|), and each decision allows for their noise: a piece is clean
+  within 6 standard errors of chord and gradient (the gradient's error measured by asking
+  GETGRADIENT twice at 8 points), a jump is a neuron only beyond 8. The neurons then carry
+  ~σ_g/|jump| of error: the fit is a working copy, not the exact units;
 - intervals whose chord slope disagrees with ∇·v contain a kink and are dropped (GETBIAS is
   only valid inside a linear piece); candidates are differences of *neighbouring* clean
   intervals (the paper forms all m(m−1) pairs and filters them by the bounds (5); neighbours
@@ -56,7 +61,7 @@ class QueryLearningParams(Params):
     min_width: float = 1e-4  # kinked pieces are halved down to this width (× max(1, |t|))
     lines: int = 3  # lines searched before the first fit
     max_lines: int = 12  # lines searched while the fit misses fresh answers beyond their noise
-    alpha: float = 1e-6  # GETGRADIENT step, relative to max(1, |x|)
+    alpha: float | None = None  # GETGRADIENT step (× max(1, |x|)); None: 1e-6, coarse answers 3·√(σ/|F|)
     fit_factor: float = 3.0  # regression queries per feature
     kink_tol: float = 1e-6  # relative chord/gradient slope mismatch that marks a kink
     exact_loss: float = 1e-10  # a fit this close (normalised loss, or the noise's own) is complete
@@ -64,17 +69,21 @@ class QueryLearningParams(Params):
 
 
 def neurons_on_line(oracle, line: rl.Line, p: QueryLearningParams, gen, intervals: int,
-                    span: float) -> tuple[torch.Tensor, torch.Tensor, int, bool]:
+                    span: float, alpha: float, prec: lp.Precision | None
+                    ) -> tuple[torch.Tensor, torch.Tensor, int, bool]:
     """Alg. 3 on one line: candidate neurons (w (M, d), b (M,)) with ReLU(w·x − b), the pieces
     the line ended with, and whether an end piece held a kink (the span is too short)."""
     edges = rl.sinh_grid(intervals + 1, span, line.u.device)
-    pc = lp.measure(oracle, line, edges, p.alpha, gen)
-    kinked = ~pc.clean(line.v, p.kink_tol)
+    pc = lp.measure(oracle, line, edges, alpha, gen)
+    # a kink near an end: the span is too short; an unanswered end (saturated probabilities far
+    # out on the line) says nothing about kinks
+    answered = ~(pc.fm.isnan().any(1) | pc.fl.isnan().any(1) | pc.fr.isnan().any(1))
+    kinked = ~pc.clean(line, p.kink_tol, prec) & answered
     at_end = bool(kinked[:2].any() or kinked[-2:].any())
     if p.intervals is None:
-        pc = lp.isolate_kinks(oracle, line, pc, p.alpha, p.kink_tol, gen,
-                              min_width=p.min_width, max_pieces=p.max_intervals)
-    w, b = lp.neurons(pc, line, p.kink_tol, oracle.info.dim)
+        pc = lp.isolate_kinks(oracle, line, pc, alpha, p.kink_tol, gen, min_width=p.min_width,
+                              max_pieces=p.max_intervals, prec=prec)
+    w, b = lp.neurons(pc, line, p.kink_tol, oracle.info.dim, prec)
     return w, b, len(pc), at_end
 
 
@@ -134,12 +143,13 @@ class QueryLearning(Attack):
         noise = estimate_noise(oracle, ctx.gen)
         target = max(p.exact_loss, 100 * noise.rel**2)  # what the answers' own noise leaves
         ws, bs, notes, fit = [], [], [f"{noise.describe()}"], _Fit.empty(d, dev)
+        alpha, prec = self._precision(oracle, p, noise, ctx.gen, notes)
         lines, want, idle, pieces, stopped, reason = 0, p.lines, 0, intervals, None, ""
         try:
             while True:
                 while lines < want and room(per_line + 2 * d):
                     w, b, pieces, at_end = neurons_on_line(oracle, rl.random_line(d, ctx.gen, dev),
-                                                           p, ctx.gen, intervals, span)
+                                                           p, ctx.gen, intervals, span, alpha, prec)
                     if p.span is None and at_end and span < 1e4:
                         span *= 4  # a kink in an end piece lies beyond the span: search again
                         notes.append(f"line {lines + 1}: a kink at the ends: span [−{span:g}, {span:g}]")
@@ -178,6 +188,21 @@ class QueryLearning(Attack):
                         metrics=metrics, stopped_by=stopped, reason=reason,
                         progress=f"{fit.units} candidate neurons from {lines} line(s)",
                         notes=[f"{fit.units} candidate neurons from {lines} line(s)", *notes])
+
+    @staticmethod
+    def _precision(oracle, p: QueryLearningParams, noise, gen, notes: list[str]
+                   ) -> tuple[float, lp.Precision | None]:
+        """GETGRADIENT's step and the tolerances of coarse answers (float32 arithmetic, rounding,
+        noise: σ/|F| ≥ 1e-12, measured): α = 3·√(σ/|F|) (≥ 1e-6) balances the noise error σ/α
+        against steps that cross a kink, and every kink and neuron decision allows for the
+        measured value and gradient noise. float64-clean answers keep α = 1e-6, no allowance."""
+        if noise.rel < 1e-12:
+            return p.alpha or 1e-6, None
+        alpha = p.alpha or min(max(1e-6, 3 * noise.rel**0.5), 0.1)
+        prec = lp.measure_precision(oracle, alpha, noise, gen)
+        notes.append(f"coarse answers: GETGRADIENT step α = {alpha:.2g}, gradient error ≈ "
+                     f"{prec.grad:.2g} (measured twice at 8 points)")
+        return alpha, prec
 
     @staticmethod
     def _fit(oracle, ws, bs, p: QueryLearningParams, ctx, last: _Fit, room) -> _Fit:

@@ -39,22 +39,37 @@ def test_query_learning_under_noise_is_not_reported_as_exact(tmp_path):
     assert e["metrics"]["normalized_loss_gaussian"] > 1e-3 and e["risk"] != "high"
 
 
-def test_query_learning_out_of_precision_on_float32_is_never_a_pass(tmp_path):
-    """On the float32 twin the line search finds no unit (a 1e-6 step against 1e-7 answers):
-    the fit misses fresh answers far beyond their noise, so the attack says it ran out of
-    precision and the verdict is inconclusive, not a low-risk pass."""
+def _float32_twin(tmp_path, params=None):
     from harness.scenario import load_scenario
 
     s = load_scenario("scenarios/extraction-query-learning-float32.yaml", [])
     s.tracking.enabled = False
+    s.attacks[0].params.update(params or {})
     rep = run_scenario(s, out=tmp_path / "out")
     (e,) = rep["attacks"]
+    return rep, e
+
+
+def test_query_learning_on_float32_takes_its_step_from_the_answers(tmp_path):
+    """The float32 twin: GETGRADIENT's step comes from the measured noise (α = 3·√(σ/|F|), not
+    1e-6 against 1e-7 answers), kink and neuron decisions allow for it, and the fitted model
+    matches the victim to well inside the extraction bar (was: 0 of 8 units, output error 1.5)."""
+    rep, e = _float32_twin(tmp_path)
     m = e["metrics"]
-    if e["risk"] == "high":  # a working copy after all: a fail, which is the truth too
-        assert rep["verdict"] == "fail" and m["output_error"] <= 1e-2
-    else:
-        assert e["status"] == "incomplete" and e["stopped_by"] == "precision", e["reason"]
-        assert m["self_check_loss"] > m["noise_loss_floor"] and rep["verdict"] == "inconclusive"
+    assert e["risk"] == "high" and rep["verdict"] == "fail", e["reason"]
+    assert m["output_error"] <= 3e-3 and m["normalized_loss_gaussian"] <= 1e-5, m
+    assert any("GETGRADIENT step" in n for n in e["notes"]), e["notes"]
+
+
+def test_query_learning_out_of_precision_on_float32_is_never_a_pass(tmp_path):
+    """With the old fixed step (α = 1e-6) the line search finds no unit on float32 answers: the
+    fit misses fresh answers far beyond their noise, so the attack says it ran out of precision
+    and the verdict is inconclusive, not a low-risk pass."""
+    rep, e = _float32_twin(tmp_path, {"alpha": 1e-6})
+    m = e["metrics"]
+    assert e["status"] == "incomplete" and e["stopped_by"] == "precision", e["reason"]
+    assert m["self_check_loss"] > m["noise_loss_floor"] and rep["verdict"] == "inconclusive"
+    assert m["output_error"] > 1e-1
 
 
 def test_query_learning_budget_too_small_stops_honestly(tmp_path):
@@ -135,3 +150,20 @@ def test_surrogate_respects_the_budget(tmp_path):
     r = run_direct(s, tmp_path)
     assert r.queries <= 41 and r.stopped_by == "budget"
     assert "fidelity" in r.metrics  # the surrogate as trained is scored
+
+
+def test_query_learning_ignores_unanswered_ends_on_saturated_probabilities(tmp_path):
+    """prediction-api (digits MLP [32], probabilities): far out on a line the probabilities
+    underflow and the answers carry no logit. Those end pieces once counted as kinks, so the span
+    grew four times on line 1 (each growth a whole line's queries) and the fit ended at a
+    normalised loss of 2e-3 after 196k queries; an unanswered end now says nothing about kinks."""
+    from harness.runner import plan_attacks
+    from harness.scenario import load_scenario
+
+    s = load_scenario("scenarios/prediction-api.yaml", [])
+    index = [p.attack.name for p in plan_attacks(s)].index("query_learning")
+    r = run_direct(s, tmp_path, index=index)
+    m = r.metrics
+    assert r.stopped_by is None and r.risk == "high", r.reason
+    assert m["units_matched"] == m["units_true"] == 32 and m["output_error"] <= 1e-5, m
+    assert r.queries < 150_000 and not any("kink at the ends" in n for n in r.artifact.notes)
