@@ -31,7 +31,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 import torch  # noqa: E402
 from attack_direct import run_direct  # noqa: E402
 
-from harness.scenario import scenario_from_dict  # noqa: E402
+from harness.scenario import load_scenario, scenario_from_dict  # noqa: E402
 from victims.build import build_victim  # noqa: E402
 from victims.models.files import allow_model_code  # noqa: E402
 
@@ -130,6 +130,16 @@ def rows(full: bool):
            f"{min(int(m['units_matched']) for m in ms)}+ of 64 units, "
            f"{min(int(m['intervals']) for m in ms)}-{max(int(m['intervals']) for m in ms)} pieces "
            f"(attacker seeds 0-{len(ms) - 1})")
+    # 6b. query_learning on float32 answers: the scenario twin and two more victims
+    twin = load_scenario(str(ROOT / "scenarios" / "extraction-query-learning-float32.yaml"))
+    twin.tracking.enabled = False
+    ms = [run(twin).metrics] + [
+        run(net(16, 8, "query_learning", seed=s, dtype="float32", bias=(True, True))).metrics
+        for s in (1, 2)]
+    yield ("query_learning, float32 d=16, k=8 (the twin + 2 victims)",
+           "twin: output error 1.75, 0 of 8 units",
+           f"output error ≤ {fmt(max(m['output_error'] for m in ms))}, parameter error ≤ "
+           f"{fmt(max(m['param_error'] for m in ms))} (target: a working copy, ≤ 1e-2)")
     # 7. gradient_exact behind 3-decimal rounding
     r = run(net(16, 8, "gradient_exact", dtype="float64",
                 defenses={"rounding": {"decimals": 3}}))
