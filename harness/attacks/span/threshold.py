@@ -20,6 +20,14 @@ What is done differently from the paper, and why (all measured on random thresho
     Probes are then drawn around offsets o inside span V at growing scales; restarts also
     redraw the pair when d is nearly tangent to the boundary (a crossing outside the bracket,
     the analogue of the paper's |cᵢ| test in line 7).
+(d) Coarse arithmetic (float32) moves the boundary by its rounding: second differences of the
+    crossings measure each estimate's slope error, and the step h climbs a ladder (1e-5, 1e-4,
+    1e-3, 3e-3 × input scale) while that error exceeds `target_error` (noise error falls as 1/h,
+    curvature error grows as h). An estimate's own error, amplified by 1/residual, must stay
+    below `max_own_error` (else other boundary points are tried and the best kept), and a check
+    whose part outside V is within its own error, or within 3× V's own error, cannot tell a new
+    direction from the noise: it counts as quiet, and a span ended by such checks is reported
+    `stopped_by: precision` (scored as usual: a direction may hide below the noise).
 Scores (probabilities/logits) are reduced to the decided label, to measure what a label-only
 deployment of the same model leaks.
 Stopping: when no probe around any offset changes the label, the 0/1 output no longer depends
@@ -43,11 +51,15 @@ from harness.attacks.gradients import api_labels
 from harness.attacks.span.nonadaptive import judge_span
 from harness.errors import AssumptionViolated, PrecisionLimit
 
+# adaptive steps (× input scale): the slope error from the answers' noise falls as 1/h and the
+# boundary's curvature error grows as h; a second-difference error above `target_error` climbs
+STEPS = (1e-5, 1e-4, 1e-3, 3e-3)
+
 
 class ThresholdParams(Params):
     max_vectors: int | None = None  # stop after this many vectors (default: input dim − 1)
     probes: int = 64  # Gaussian probes per search for a label change
-    step: float | None = None  # h, × input scale; None: 1e-5, ×10 (to 1e-3) while the boundary is too rough
+    step: float | None = None  # h, × input scale; None: from 1e-5 up the STEPS ladder while too rough
     bracket: float = 64.0  # crossings are searched within ±bracket·h (max slope ratio)
     bisect_steps: int = 24  # bisection steps per crossing
     boundary_tol: float = 1e-2  # x₀ is placed within boundary_tol·h of the boundary
@@ -59,9 +71,11 @@ class ThresholdParams(Params):
     checks: int = 3  # boundary points that must show no new direction before stopping
     accept_residual: float = 0.02  # below this share outside V, look for a better-conditioned point
     max_amplified_error: float = 1e-3  # ...unless V's measured errors ÷ that share stay below this
+    max_own_error: float = 1e-2  # ...and its own slope error ÷ its share outside V stays below this
     weak_tries: int = 2  # boundary points tried for a better-conditioned estimate
     noise_lines: int = 4  # extra lines per vector whose second differences estimate the error
     max_error: float = 1e-2  # stop (partial) when a slope error estimate exceeds this
+    target_error: float = 3e-4  # with an adaptive step, a larger slope error moves up the ladder
 
 
 @dataclass
@@ -90,6 +104,8 @@ class State:
     errors: list[float] = field(default_factory=list)
     restarts: int = 0
     last_residual: float = 1.0
+    noisy_checks: int = 0  # checks of the current search whose part outside V was within the noise
+    floor: float = 0.0  # V's own direction error: the largest own error of an accepted vector
 
 
 def input_scale(oracle) -> float:
@@ -252,18 +268,22 @@ def estimate(dec: Decision, st: State, one: torch.Tensor, zero: torch.Tensor, sc
 
 
 def next_vector(dec: Decision, st: State, known, scale: float, step: float, p: ThresholdParams,
-                gen: torch.Generator, budget) -> torch.Tensor | None:
+                gen: torch.Generator, budget, grow: bool = False) -> torch.Tensor | None:
     """One new unit vector ≈ the gradient of σ restricted to V⊥; None when V is complete as far
     as `checks` boundary points show. Raises AssumptionViolated after `restarts` failed tries.
 
-    Errors in V are amplified by 1/residual in the next vector, so a vector measured where less
-    than `accept_residual` of the gradient lies outside V, and where V's measured slope errors
-    amplified so exceed `max_amplified_error`, is kept only as a fallback: up to `weak_tries`
-    other boundary points are tried and the best-conditioned estimate wins.
+    Errors in V are amplified by 1/residual in the next vector, and so is the estimate's own
+    slope error. A vector measured where less than `accept_residual` of the gradient lies outside
+    V and V's measured slope errors, so amplified, exceed `max_amplified_error`, or whose own
+    amplified error exceeds `max_own_error`, is kept only as a fallback: up to `weak_tries` other
+    boundary points are tried and the estimate with the smallest own error wins. A check whose
+    part outside V is no larger than its own slope error (coarse arithmetic: float32) cannot tell
+    a remaining direction from the noise; it counts as quiet and is counted in `noisy_checks`.
     """
     quiet, failed = 0, 0
     best: Estimate | None = None
     weak = 0
+    st.noisy_checks = 0
     while True:
         pair = slice_pair(dec, st.basis, known, scale, p, gen, budget)
         est = estimate(dec, st, *pair, scale, step, p, budget) if pair is not None else Estimate(None, 0.0)
@@ -275,12 +295,20 @@ def next_vector(dec: Decision, st: State, known, scale: float, step: float, p: T
                                    "direction tangent to the boundary or crossings out of the bracket)")
             continue
         st.last_residual = est.residual
+        own = est.error / max(est.residual, 1e-300)  # the new direction's error from its own noise
+        if est.vector is not None and est.residual >= p.min_residual and \
+                (own >= 1 or est.residual < 3 * st.floor):
+            # the part outside V is no larger than the answers' noise, or than V's own error
+            st.noisy_checks += 1
+            est = Estimate(None, est.residual, est.error)
         if est.vector is None or est.residual < p.min_residual:
             quiet += 1
             if quiet >= p.checks:
+                if best is not None:
+                    st.floor = max(st.floor, best.error / max(best.residual, 1e-300))
                 return best.vector if best is not None else None
             continue
-        if est.error > p.max_error:
+        if est.error > (p.target_error if grow else p.max_error):
             raise PrecisionLimit(
                 f"the decision boundary is too rough for this step: second differences show "
                 f"slope errors of {est.error:.2g} of the gradient (> max_error {p.max_error}); "
@@ -288,13 +316,16 @@ def next_vector(dec: Decision, st: State, known, scale: float, step: float, p: T
                 "a larger `step` may help")
         # errors of V enter the new vector amplified by 1/residual: a poorly conditioned point
         # is still good enough when V's measured slope errors, so amplified, stay small
-        if est.residual >= p.accept_residual or \
-                max(st.errors, default=0.0) / est.residual <= p.max_amplified_error:
+        conditioned = est.residual >= p.accept_residual or \
+            max(st.errors, default=0.0) / est.residual <= p.max_amplified_error
+        if conditioned and own <= p.max_own_error:
+            st.floor = max(st.floor, own)
             return est.vector
-        if best is None or est.residual > best.residual:
+        if best is None or own < best.error / max(best.residual, 1e-300):
             best = est
         weak += 1
         if weak >= p.weak_tries:
+            st.floor = max(st.floor, best.error / max(best.residual, 1e-300))
             return best.vector
 
 
@@ -330,7 +361,7 @@ class SpanThreshold(Attack):
             art.reason = (f"all {len(pts)} first probes got the same decision: the 0/1 output is "
                           "constant where the attacker looked (flat or saturated victim)")
             return art
-        step = params.step or 1e-5
+        step = params.step or STEPS[0]
         adapt = params.step is None
         st = State(basis=torch.zeros(0, n, dtype=torch.float64, device=dev))
         stopped, reason, done = None, "", False
@@ -340,13 +371,14 @@ class SpanThreshold(Attack):
             while len(st.basis) < limit:
                 q0 = oracle.queries
                 try:
-                    v = next_vector(dec, st, known, scale, step, params, ctx.gen, oracle.affordable)
+                    v = next_vector(dec, st, known, scale, step, params, ctx.gen, oracle.affordable,
+                                    grow=adapt and step < STEPS[-1])
                 except PrecisionLimit:
                     # the boundary is rougher than this step can read (coarse arithmetic, e.g.
-                    # float32): the answers say so, so the step grows tenfold, up to 1e-3
-                    if not adapt or step >= 1e-3:
+                    # float32): the answers say so, so the step climbs the ladder
+                    if not adapt or step >= STEPS[-1]:
                         raise
-                    step *= 10
+                    step = next(s for s in STEPS if s > step)
                     continue
                 if v is None:
                     done = True
@@ -375,7 +407,13 @@ class SpanThreshold(Attack):
             "deployment of this model would leak)"]
         notes += [f"decision: label == {positive}; input scale {scale:.3g}; "
                  f"step h = {step:g}·scale; {dec.probes_seen} slice probes"]
-        if done:
+        if done and st.noisy_checks:
+            # complete only as far as the noise shows: a direction may hide below it
+            stopped = "precision"
+            reason = (f"stopped after {r} vectors: {st.noisy_checks} of the {params.checks} last "
+                      "boundary checks could not tell the gradient outside the recovered span "
+                      "from the answers' noise (coarse arithmetic: float32?)")
+        elif done:
             notes.append(f"stopped: {params.checks} boundary points showed < {params.min_residual} "
                          f"of the gradient outside the {r} recovered directions")
         elif stopped is None:

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 from attack_direct import run_direct
+from conftest import REPO
 
 from harness.attacks import registry
 from harness.runner import run_scenario
@@ -99,13 +100,50 @@ def test_coarse_victim_never_reported_as_exact(tmp_path):
 
 
 def test_float32_victim_step_from_the_answers(tmp_path):
-    """No step given: h starts at 1e-5 and grows while the answers show a rough boundary (never
-    read from the victim's dtype); a result that ran to its end is the right span."""
+    """No step given: h starts at 1e-5 and climbs the ladder while the answers show a rough
+    boundary (never read from the victim's dtype); a result that ran to its end is the right
+    span."""
     r = run_direct(binary_net(32, 4, 0, dtype="float32"), tmp_path)
     m = r.metrics
-    assert any("step h = 0.001" in n for n in r.artifact.notes), r.artifact.notes
+    assert any("step h = 0.001" in n or "step h = 0.003" in n for n in r.artifact.notes), \
+        r.artifact.notes
     if r.stopped_by is None:
         assert m["recovered_rank"] == m["true_rank"] and m["min_energy_in_span"] >= 0.999, m
+
+
+def _float32_twin(seed, tmp_path):
+    from harness.scenario import load_scenario
+
+    s = load_scenario(REPO / "scenarios" / "span-threshold-tanh-float32.yaml", [])
+    s.seed = seed
+    s.attacks = [a for a in s.attacks if a.name == "span_threshold"]
+    return run_direct(s, tmp_path / str(seed))
+
+
+def test_float32_twin_recovers_the_span_and_says_when_noise_ended_it(tmp_path):
+    """span-threshold-tanh-float32: the whole span to energy ≥ 0.999 (was: incomplete, 0.986 —
+    a vector measured at a point where its own noise, amplified by 1/residual, was 12% of it;
+    the stopping check then read the noise as a 7th direction). The last checks could not tell
+    the part outside the span from the noise: stopped_by precision, scored high all the same."""
+    r = _float32_twin(0, tmp_path)
+    m = r.metrics
+    assert r.risk == "high" and r.status == "ok", (r.reason, m)
+    assert m["recovered_rank"] == m["true_rank"] == 6 and m["min_energy_in_span"] >= 0.999, m
+
+
+@pytest.mark.slow
+def test_float32_twin_over_victims_is_high_or_honestly_incomplete(tmp_path):
+    """Victims 0-7 of the twin: at least 5 of 8 give the whole span (6 of 8 when written), and
+    none ends as a pass: a run that missed a direction says precision stopped it."""
+    runs = [_float32_twin(seed, tmp_path) for seed in range(8)]
+    high = [r for r in runs if r.risk == "high"]
+    assert len(high) >= 5, [(r.status, r.risk, r.metrics) for r in runs]
+    for r in runs:
+        m = r.metrics
+        if r.risk == "high":
+            assert m["recovered_rank"] == 6 and m["min_energy_in_span"] >= 0.999, m
+        else:
+            assert r.status == "incomplete" and r.stopped_by == "precision", (r.reason, m)
 
 
 @pytest.mark.slow
