@@ -122,6 +122,17 @@ def rows(full: bool):
     energies = [run(threshold(64, 8, s)).metrics.get("min_energy_in_span", 0.0) for s in range(5)]
     yield ("span_threshold, n=64, k=8, seeds 0-4", "energy 0.9948",
            f"min energy {min(energies):.5f} (bar ≥ 0.999)")
+    # 5b. span_threshold on float32 answers: the scenario twin over victims 0-7
+    runs = []
+    for seed in range(8):
+        s = load_scenario(str(ROOT / "scenarios" / "span-threshold-tanh-float32.yaml"))
+        s.seed, s.tracking.enabled = seed, False
+        s.attacks = [a for a in s.attacks if a.name == "span_threshold"]
+        runs.append(run(s))
+    whole = sum(r.risk == "high" and r.metrics["min_energy_in_span"] >= 0.999 for r in runs)
+    honest = sum(r.status == "incomplete" and r.stopped_by == "precision" for r in runs)
+    yield ("span_threshold, float32 twin (n=48, k=6), victims 0-7", "0 of 6 (victims 0-5)",
+           f"whole span (energy ≥ 0.999) on {whole} of 8; stopped by precision on {honest}")
     # 6. query_learning with k > d, over attacker seeds
     ms = [run(net(8, 64, "query_learning", dtype="float64", bias=(True, True), attacker=a)).metrics
           for a in range(5 if full else 3)]
