@@ -19,6 +19,7 @@ import torch
 
 from harness.attacks.extraction import relu_lines as rl
 from harness.attacks.gradients import AnswerNoise
+from harness.errors import PrecisionLimit
 
 
 @dataclass
@@ -46,7 +47,11 @@ def measure_precision(oracle, alpha: float, noise: AnswerNoise, gen: torch.Gener
     x = torch.randn(points, d, generator=gen, dtype=torch.float64).to(oracle.device)
     _, g1 = get_gradients(oracle, x, alpha, gen)
     _, g2 = get_gradients(oracle, x, alpha, gen)
-    diff = torch.nan_to_num((g1 - g2).norm(dim=2), nan=float("inf"))
+    diff = (g1 - g2).norm(dim=2).flatten()
+    diff = diff[torch.isfinite(diff)]  # saturated points carry no gradient
+    if len(diff) < 4:
+        raise PrecisionLimit(f"only {len(diff)} of {points} precision probes answered (saturated "
+                             "outputs): the gradient's noise cannot be measured")
     return Precision(noise, float(diff.median()) / 2**0.5)
 
 

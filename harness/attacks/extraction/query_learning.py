@@ -143,9 +143,9 @@ class QueryLearning(Attack):
         noise = estimate_noise(oracle, ctx.gen)
         target = max(p.exact_loss, 100 * noise.rel**2)  # what the answers' own noise leaves
         ws, bs, notes, fit = [], [], [f"{noise.describe()}"], _Fit.empty(d, dev)
-        alpha, prec = self._precision(oracle, p, noise, ctx.gen, notes)
         lines, want, idle, pieces, stopped, reason = 0, p.lines, 0, intervals, None, ""
         try:
+            alpha, prec = self._precision(oracle, p, noise, ctx.gen, notes)
             while True:
                 while lines < want and room(per_line + 2 * d):
                     w, b, pieces, at_end = neurons_on_line(oracle, rl.random_line(d, ctx.gen, dev),

@@ -106,6 +106,7 @@ class State:
     last_residual: float = 1.0
     noisy_checks: int = 0  # checks of the current search whose part outside V was within the noise
     floor: float = 0.0  # V's own direction error: the largest own error of an accepted vector
+    rough: int = 0  # vectors kept as the best of their tries with an own error above max_own_error
 
 
 def input_scale(oracle) -> float:
@@ -267,6 +268,12 @@ def estimate(dec: Decision, st: State, one: torch.Tensor, zero: torch.Tensor, sc
     return Estimate(v / v.norm(), residual, err)
 
 
+def _rough(error: float, limit: float) -> str:
+    return (f"the decision boundary is too rough for this step: second differences show slope "
+            f"errors of {error:.2g} of the gradient (> {limit:g}); the victim's arithmetic is "
+            "coarse (float32?) or its answers are randomised — a larger `step` may help")
+
+
 def next_vector(dec: Decision, st: State, known, scale: float, step: float, p: ThresholdParams,
                 gen: torch.Generator, budget, grow: bool = False) -> torch.Tensor | None:
     """One new unit vector ≈ the gradient of σ restricted to V⊥; None when V is complete as far
@@ -296,6 +303,9 @@ def next_vector(dec: Decision, st: State, known, scale: float, step: float, p: T
             continue
         st.last_residual = est.residual
         own = est.error / max(est.residual, 1e-300)  # the new direction's error from its own noise
+        limit = p.target_error if grow else p.max_error
+        if grow and est.vector is not None and est.residual >= p.min_residual and est.error > limit:
+            raise PrecisionLimit(_rough(est.error, limit))  # a larger step may read it: climb first
         if est.vector is not None and est.residual >= p.min_residual and \
                 (own >= 1 or est.residual < 3 * st.floor):
             # the part outside V is no larger than the answers' noise, or than V's own error
@@ -308,12 +318,8 @@ def next_vector(dec: Decision, st: State, known, scale: float, step: float, p: T
                     st.floor = max(st.floor, best.error / max(best.residual, 1e-300))
                 return best.vector if best is not None else None
             continue
-        if est.error > (p.target_error if grow else p.max_error):
-            raise PrecisionLimit(
-                f"the decision boundary is too rough for this step: second differences show "
-                f"slope errors of {est.error:.2g} of the gradient (> max_error {p.max_error}); "
-                "the victim's arithmetic is coarse (float32?) or its answers are randomised — "
-                "a larger `step` may help")
+        if est.error > limit:
+            raise PrecisionLimit(_rough(est.error, limit))
         # errors of V enter the new vector amplified by 1/residual: a poorly conditioned point
         # is still good enough when V's measured slope errors, so amplified, stay small
         conditioned = est.residual >= p.accept_residual or \
@@ -325,7 +331,9 @@ def next_vector(dec: Decision, st: State, known, scale: float, step: float, p: T
             best = est
         weak += 1
         if weak >= p.weak_tries:
-            st.floor = max(st.floor, best.error / max(best.residual, 1e-300))
+            best_own = best.error / max(best.residual, 1e-300)
+            st.floor = max(st.floor, best_own)
+            st.rough += int(best_own > p.max_own_error)  # kept for want of better: say so
             return best.vector
 
 
@@ -407,7 +415,12 @@ class SpanThreshold(Attack):
             "deployment of this model would leak)"]
         notes += [f"decision: label == {positive}; input scale {scale:.3g}; "
                  f"step h = {step:g}·scale; {dec.probes_seen} slice probes"]
-        if done and st.noisy_checks:
+        if stopped is None and st.rough:
+            stopped = "precision"
+            reason = (f"stopped after {r} vectors: {st.rough} of them were kept with an own "
+                      f"slope error above {params.max_own_error:g} of their part outside the "
+                      "span (no better-conditioned boundary point found)")
+        elif done and st.noisy_checks:
             # complete only as far as the noise shows: a direction may hide below it
             stopped = "precision"
             reason = (f"stopped after {r} vectors: {st.noisy_checks} of the {params.checks} last "
