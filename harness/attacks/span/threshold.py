@@ -226,6 +226,11 @@ class Estimate:
     residual: float  # |P⊥∇σ| / |∇σ| at the boundary point (1.0 when V is empty)
     error: float = 0.0  # slope error relative to the gradient, from second differences
 
+    @property
+    def own(self) -> float:
+        """The new direction's error from its own noise: the slope error over the part outside V."""
+        return self.error / max(self.residual, 1e-300)
+
 
 def estimate(dec: Decision, st: State, one: torch.Tensor, zero: torch.Tensor, scale: float,
              step: float, p: ThresholdParams, budget) -> Estimate | None:
@@ -302,7 +307,7 @@ def next_vector(dec: Decision, st: State, known, scale: float, step: float, p: T
                                    "direction tangent to the boundary or crossings out of the bracket)")
             continue
         st.last_residual = est.residual
-        own = est.error / max(est.residual, 1e-300)  # the new direction's error from its own noise
+        own = est.own
         limit = p.target_error if grow else p.max_error
         if grow and est.vector is not None and est.residual >= p.min_residual and est.error > limit:
             raise PrecisionLimit(_rough(est.error, limit))  # a larger step may read it: climb first
@@ -315,7 +320,7 @@ def next_vector(dec: Decision, st: State, known, scale: float, step: float, p: T
             quiet += 1
             if quiet >= p.checks:
                 if best is not None:
-                    st.floor = max(st.floor, best.error / max(best.residual, 1e-300))
+                    st.floor = max(st.floor, best.own)
                 return best.vector if best is not None else None
             continue
         if est.error > limit:
@@ -327,13 +332,12 @@ def next_vector(dec: Decision, st: State, known, scale: float, step: float, p: T
         if conditioned and own <= p.max_own_error:
             st.floor = max(st.floor, own)
             return est.vector
-        if best is None or own < best.error / max(best.residual, 1e-300):
+        if best is None or own < best.own:
             best = est
         weak += 1
         if weak >= p.weak_tries:
-            best_own = best.error / max(best.residual, 1e-300)
-            st.floor = max(st.floor, best_own)
-            st.rough += int(best_own > p.max_own_error)  # kept for want of better: say so
+            st.floor = max(st.floor, best.own)
+            st.rough += int(best.own > p.max_own_error)  # kept for want of better: say so
             return best.vector
 
 
