@@ -153,9 +153,12 @@ def verdict_parts(report: dict[str, Any]) -> tuple[str, str, str]:
         return "inconclusive", "INCONCLUSIVE", text
     if v == "pass":
         ran = [a for a in attacks if a.get("status") == "ok"]
-        return "pass", "PASS", (f"every requested attack ran to the end and none reached the policy's "
-                                f"failure level ({fail_on}); the worst risk found was {report.get('risk')}. "
-                                f"{len(ran)} attack(s) ran.")
+        held = [a for a in ran if a.get("stopped_by") == "budget"]
+        how = ("every requested attack ran to the end" if not held else
+               f"{len(ran) - len(held)} attack(s) ran to the end and {len(held)} were stopped by the "
+               f"query budget ({_names(held)}), which a surrogate under the same budget showed to hold")
+        return "pass", "PASS", (f"{how}; none reached the policy's failure level ({fail_on}); the "
+                                f"worst risk found was {report.get('risk')}. {len(ran)} attack(s) ran.")
     return "error", "NO VERDICT", "the run ended before a verdict was reached; the results below are partial."
 
 
@@ -205,7 +208,8 @@ def _deployment(report: dict[str, Any]) -> list[tuple[str, Any]]:
     rows.append(("defenses", ", ".join(report.get("defenses") or []) or "none"))
     qb = report.get("query_budget")
     budget = qb if qb is not None else "∞"
-    rows.append(("queries used / budget", f"{report.get('queries_total', 0)} / {budget}"))
+    rows.append(("queries used (all attacks) / budget per attacker",
+                 f"{report.get('queries_total', 0)} / {budget}"))
     return rows
 
 

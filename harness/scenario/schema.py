@@ -127,6 +127,9 @@ class EndpointSpec(Strict):
     n_outputs: int | None = Field(default=None, ge=1, le=100_000)
     request_template: dict[str, Any] | None = None
     response_path: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.\-\[\]]{1,200}$")
+    # the scan's own cost cap: rows it may send in total (attacks, start-up check, verification
+    # probes); a limit on leakmeter, never evidence about the deployment (None = no cap)
+    max_rows: int | None = Field(default=None, ge=1, le=10**12)
 
     @field_validator("url")
     @classmethod

@@ -51,6 +51,6 @@ def test_blackbox_scores_match_the_known_truth():
         assert span["blackbox_heldout_energy"] > 1 - 1e-9
         assert rand["blackbox_heldout_angle_deg"] > 30 and rand["blackbox_heldout_energy"] < 0.6
         # the start-up check (predict + explain) and every probe went through the ledger
-        assert oracle.ledger.used == 2 + 2 * 256 + 2 * 8 == victim.backend.stats.rows_sent
+        assert oracle.quotas.used == 2 + 2 * 256 + 2 * 8 == victim.backend.stats.rows_sent
     finally:
         server.close()

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from defenses.budget import STARTUP
-from defenses.errors import BudgetExhausted
+from defenses.errors import BudgetExhausted, RowCapReached
 from victims.errors import BadInput, InterfaceError
 from victims.http.protocol import display_url, extract_path, fill, retry_after, template_has
 from victims.http.secrets import SECRETS, valid_header_value
@@ -108,7 +108,8 @@ class EndpointStats:
     by_caller: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def caller(self, who: str) -> dict[str, int]:
-        return self.by_caller.setdefault(who, {"queries_sent": 0, "retries": 0, "faults": 0})
+        return self.by_caller.setdefault(who, {"queries_sent": 0, "retries": 0, "faults": 0,
+                                               "rows_resent": 0})
 
     def sent(self, who: str, rows: int, retry: bool) -> None:
         self.requests += 1
@@ -119,6 +120,7 @@ class EndpointStats:
             self.retries += 1
             self.rows_resent += rows
             c["retries"] += 1
+            c["rows_resent"] += rows
 
     def fault(self, kind: str, who: str) -> None:
         self.faults[kind] = self.faults.get(kind, 0) + 1
@@ -148,7 +150,7 @@ class RemoteBackend:
         self._sleep = sleep
         self._charge: Callable[..., None] | None = None
         self._who: Callable[[], str] = lambda: STARTUP
-        self.startup_budget = budget  # the cap on rows sent before the oracle's ledger exists
+        self.startup_budget = budget  # the row cap (max_rows) before the oracle's ledger exists
         self.stats = EndpointStats()
         self.record: dict[str, Any] = {}
         self.session = requests.Session()
@@ -184,7 +186,7 @@ class RemoteBackend:
             try:
                 charge(n, STARTUP)
             except BudgetExhausted:
-                raise BadInput(f"defenses.query_budget: too small even for the {n} queries that "
+                raise BadInput(f"victim.endpoint.max_rows: too small even for the {n} queries that "
                                f"checked the endpoint {self.where}") from None
 
     def caller(self) -> str:
@@ -205,10 +207,12 @@ class RemoteBackend:
         """Rows sent (first tries and re-sends), re-sent requests and faults for one caller."""
         return dict(self.stats.by_caller.get(who, {"queries_sent": 0, "retries": 0, "faults": 0}))
 
-    def starved(self, exc: BudgetExhausted) -> Exception:
+    def starved(self, exc: BudgetExhausted, who: str | None = None) -> Exception:
         """What a budget refusal means: EndpointFaults when the rows re-sent after faults are what
-        used it up (without them this batch would have been answered), else the refusal itself."""
-        resent = self.stats.rows_resent
+        used it up (without them this batch would have been answered), else the refusal itself.
+        `who`: the attacker whose own budget refused (None: the run's row cap)."""
+        resent = (self.stats.rows_resent if who is None or isinstance(exc, RowCapReached)
+                  else self.stats.caller(who)["rows_resent"])
         if resent and exc.requested <= exc.remaining + resent:
             return EndpointFaults(f"{self.where}: faults used up the query budget ({resent} rows re-sent "
                                   f"after faults; without them these {exc.requested} rows would have "

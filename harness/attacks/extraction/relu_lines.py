@@ -43,9 +43,11 @@ def ask(oracle, x: torch.Tensor, what: str = "predict") -> torch.Tensor:
 
 
 def output_space(oracle) -> str:
-    """`raw` when predict reveals the raw outputs, `centered` when only logits − their mean."""
+    """What the extracted outputs are (harness/scoring/model.py `in_space`): `raw` when predict
+    reveals the raw outputs; from probabilities only logits up to a constant: `centered` (K ≥ 3:
+    logits − their mean) or `difference` (two classes: the one signal l₁ − l₀)."""
     if oracle.output == "probabilities" and oracle.info.n_outputs > 1:
-        return "centered"
+        return "difference" if oracle.info.n_outputs == 2 else "centered"
     return "raw"
 
 

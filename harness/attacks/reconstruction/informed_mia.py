@@ -103,7 +103,7 @@ class InformedMIA(Attack):
 
     def judge(self, m, artifact):
         if "success_rate" not in m:
-            return "medium", "guesses made; no truth to score them"
+            return None, "guesses made; no truth to score them (not verified)"
         lo = m["success_ci_low"]
         if lo > 0.5:
             return "high", (f"membership of a chosen record is distinguishable: success "

@@ -239,8 +239,8 @@ class KKT(Attack):
         Fisher exact test, p < 0.01) and more than the first-layer-row baseline; medium: more
         hits than the control without that evidence; low: no more than chance."""
         if "p_value" not in m:
-            return "medium", (f"{int(m.get('candidates', 0))} candidates produced; no held-out "
-                              "non-members to test them against")
+            return None, (f"{int(m.get('candidates', 0))} candidates produced; no held-out "
+                          "non-members to test them against (not verified)")
         k, n = int(m["hits"]), int(m["targets"])
         c, nc, p = int(m["control_hits"]), int(m["control_targets"]), m["p_value"]
         wk = int(m.get("weights_reconstructed", 0))

@@ -126,8 +126,22 @@ def remote(url: str, budget: int | None = None, **endpoint):
                             "interface": {"kind": "prediction", "output": "probabilities"},
                             "tracking": {"enabled": False}})
     victim = build_victim(s)
-    oracle = Oracle(victim.backend, victim.info, OutputDefenses(), budget)
+    oracle = Oracle(victim.backend, victim.info, OutputDefenses(), budget,
+                    max_rows=s.victim.endpoint.max_rows)
     return oracle, victim
+
+
+def test_max_rows_caps_what_the_scan_sends_in_total_start_up_check_included():
+    with FaultServer(lambda i: "ok") as srv:
+        oracle, victim = remote(srv.url, budget=25, max_rows=31)
+        a, b = oracle.view("a"), oracle.view("b")
+        a.predict(torch.zeros(25, D, dtype=torch.float64))  # a's whole budget
+        assert b.remaining == 5 and b.capped_by_rows()  # 31 - 1 start-up row - 25
+        with pytest.raises(BudgetExhausted) as err:
+            b.predict(torch.zeros(6, D, dtype=torch.float64))
+        assert err.value.stopped_by == "cap"  # the scan's cost cap, not the defense
+        b.predict(torch.zeros(5, D, dtype=torch.float64))
+        assert srv.rows == 31 == oracle.quotas.used
 
 
 def cycle_faults(every: int = 3):
@@ -152,22 +166,23 @@ def test_transient_faults_over_1000_requests_recover_exactly_within_budget():
         assert srv.requests >= 1000
         np.testing.assert_array_equal(got.numpy(), softmax_rows(x))
         # every row sent (first tries, retries, the probe) was charged before it was sent
-        assert oracle.ledger.used == stats.rows_sent == srv.rows <= 3000
+        assert oracle.quotas.used == stats.rows_sent == srv.rows <= 3000
         assert stats.retries > 300
         assert {"500", "429", "connection", "malformed", "502", "timeout"} <= set(stats.faults)
 
 
 def test_budget_is_never_exceeded_whatever_the_faults_and_a_starved_attack_says_faults():
     x = np.random.default_rng(2).standard_normal((1000, D))
-    budget = 1060  # the oracle charges the 1000 first tries up front; 59 rows are left for retries
+    budget = 1060  # the oracle charges the 1000 first tries up front; 60 rows are left for retries
     with FaultServer(cycle_faults(every=2)) as srv:
         oracle, victim = remote(srv.url, budget=budget)
         view = oracle.view("t")
         with pytest.raises(EndpointFaults) as err:
             view.predict(torch.as_tensor(x))
         assert err.value.stopped_by == "faults" and not isinstance(err.value, BudgetExhausted)
-        assert oracle.ledger.used <= budget
-        assert srv.rows == victim.backend.stats.rows_sent <= budget
+        # the attacker's own rows stay within its budget; the start-up check is the scan's own
+        assert oracle.quotas.rows.by_attack["t"] <= budget and oracle.quotas.used <= budget + 1
+        assert srv.rows == victim.backend.stats.rows_sent <= budget + 1
         assert 1 + 500 > srv.requests > 30  # it stopped at the budget, long before the end
         assert view.queries == 0  # nothing of the failed batch reached the attacker
         stats = victim.backend.stats_for("t")
@@ -180,13 +195,14 @@ def test_budget_is_never_exceeded_whatever_the_faults_and_a_starved_attack_says_
 
 def test_a_budget_spent_without_faults_stops_by_budget():
     with FaultServer(lambda i: "ok") as srv:
-        oracle, victim = remote(srv.url, budget=11)
+        oracle, victim = remote(srv.url, budget=10)
         view = oracle.view("t")
         view.predict(torch.zeros(10, D, dtype=torch.float64))
         with pytest.raises(BudgetExhausted) as err:
             view.predict(torch.zeros(1, D, dtype=torch.float64))
         assert err.value.stopped_by == "budget"
-        assert view.queries == 10 and srv.rows == 11 == oracle.ledger.used
+        # the start-up check (1 row) is the scan's, not the attacker's
+        assert view.queries == 10 and srv.rows == 11 == oracle.quotas.used
 
 
 def test_retry_after_is_honoured():
@@ -214,7 +230,7 @@ def test_permanent_faults_end_with_a_clear_error_naming_the_endpoint(fault, word
         assert err.value.stopped_by == stopped_by
         msg = str(err.value)
         assert srv.url in msg and all(w in msg for w in words), msg
-        assert srv.requests == 1 + 3 and oracle.ledger.used == 1 + 3 * 2
+        assert srv.requests == 1 + 3 and oracle.quotas.used == 1 + 3 * 2
 
 
 @pytest.mark.parametrize("fault, words", [
