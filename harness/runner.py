@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from defenses.output import OutputDefenses
 from harness.attacker.informed import InformedKnowledge
 from harness.attacker.membership import MembershipKnowledge
+from harness.attacker.reference_executors import close as close_reference_executor
 from harness.attacks import registry
 from harness.attacks.base import Artifact, Attack, RunContext, ThreatModel
 from harness.errors import AttackFailed, AttackSkipped, BadInput, InterfaceError
@@ -36,6 +37,7 @@ from harness.output import WarningsCapture, prune_empty
 from harness.rero.product import rero_section
 from harness.scenario import Scenario, flatten
 from harness.scoring import score
+from harness.sweep_executors import ray_preflight
 from reports import render
 from reports.html import write_html
 from reports.metadata import run_metadata
@@ -107,6 +109,8 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
     if s.tracking.enabled:  # a silent tracking server is bad input, found before anything else
         _probe_tracking(tracking_uri or s.tracking.uri)
     plan = plan_attacks(s)
+    if s.membership.executor == "ray" and any(p.attack.family == "membership" for p in plan):
+        ray_preflight(s.membership.ray_address, "membership.executor: ray", "membership.ray_address")
     for note in s.notes():
         print(f"leakmeter: note: {note}", file=sys.stderr)
     tracker = open_tracker(s, tracking_uri)
@@ -147,6 +151,7 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
         report["error"] = f"{type(exc).__name__}: {exc}"
     finally:
         bar.close()
+        close_reference_executor()  # a Ray started for this run's reference models
         with deferred():
             _judge(report, s, oracle)
             report["duration_s"] = round(time.perf_counter() - t0, 3)

@@ -67,13 +67,15 @@ def _stop_workers(pool: Any, grace_s: float = 8.0) -> None:
             p.join(1.0)
 
 
-def ray_preflight(address: str | None) -> None:
-    """Checks a Ray sweep needs before anything is recorded: Ray importable, and a given cluster
-    address answering within seconds (ray.init would otherwise wait for minutes)."""
+def ray_preflight(address: str | None, executor: str = "--executor ray",
+                  option: str = "--ray-address") -> None:
+    """Checks a Ray sweep (or Ray reference models: `executor`/`option` name the scenario keys)
+    needs before anything is recorded: Ray importable, and a given cluster address answering
+    within seconds (ray.init would otherwise wait for minutes)."""
     try:
         import ray  # noqa: F401
     except ImportError:
-        raise BadInput("--executor ray: Ray is not installed; pip install 'leakmeter[ray]'") from None
+        raise BadInput(f"{executor}: Ray is not installed; pip install 'leakmeter[ray]'") from None
     if not address or address == "auto":
         return
     import socket
@@ -81,13 +83,34 @@ def ray_preflight(address: str | None) -> None:
     hostport = address.removeprefix("ray://")
     host, _, port = hostport.rpartition(":")
     if not host or not port.isdigit():
-        raise BadInput(f"--ray-address {address}: expected HOST:PORT (or ray://HOST:PORT, or auto)")
+        raise BadInput(f"{option} {address}: expected HOST:PORT (or ray://HOST:PORT, or auto)")
     try:
         socket.create_connection((host, int(port)), timeout=5).close()
     except OSError as exc:
-        raise BadInput(f"--ray-address {address}: nothing answers there ({exc.strerror or exc}); "
+        raise BadInput(f"{option} {address}: nothing answers there ({exc.strerror or exc}); "
                        "start the cluster with `ray start --head` or omit the option for a local Ray"
                        ) from None
+
+
+def start_ray(address: str | None, cpus: int | None, threads: int, option: str = "--ray-address") -> None:
+    """ray.init on `address`, or a new local Ray of `cpus` CPUs (None: all) even beside a running
+    cluster or with RAY_ADDRESS set; workers get `threads` threads. An unreachable cluster or a Ray
+    that cannot start is BadInput naming `option`."""
+    import ray
+
+    env = {v: str(threads) for v in THREAD_VARS} | {"MLFLOW_DISABLE_TELEMETRY": "true",
+                                                    "TQDM_DISABLE": os.environ.get("TQDM_DISABLE", "1")}
+    kwargs: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": False,
+                              "configure_logging": False}
+    if address:
+        kwargs["address"] = address
+    else:
+        kwargs.update(address="local", num_cpus=cpus, include_dashboard=False)
+    try:
+        ray.init(**kwargs)
+    except Exception as exc:  # noqa: BLE001 - an unreachable cluster is a bad option
+        raise BadInput(f"{option} {address or '(local)'}: cannot start or reach Ray: "
+                       f"{type(exc).__name__}: {_ray_cause(exc)}") from None
 
 
 def _ray_cause(exc: BaseException) -> str:
@@ -106,21 +129,9 @@ def run_ray(tasks: list[dict[str, Any]], jobs: int, threads: int, address: str |
     (whatever RAY_ADDRESS says); at most `jobs` tasks are in flight, on a cluster too."""
     import ray
 
-    env = {v: str(threads) for v in THREAD_VARS} | {"MLFLOW_DISABLE_TELEMETRY": "true",
-                                                    "TQDM_DISABLE": os.environ.get("TQDM_DISABLE", "1")}
     started = not ray.is_initialized()
     if started:
-        kwargs: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": False,
-                                  "configure_logging": False}
-        if address:
-            kwargs["address"] = address
-        else:  # a new local instance, even beside a running cluster or with RAY_ADDRESS set
-            kwargs.update(address="local", num_cpus=max(1, jobs), include_dashboard=False)
-        try:
-            ray.init(**kwargs)
-        except Exception as exc:  # noqa: BLE001 - an unreachable cluster is a bad option
-            raise BadInput(f"--ray-address {address or '(local)'}: cannot start or reach Ray: "
-                           f"{type(exc).__name__}: {_ray_cause(exc)}") from None
+        start_ray(address, max(1, jobs), threads)
     results: list[dict[str, Any]] = []
     in_flight: list[Any] = []
     try:
