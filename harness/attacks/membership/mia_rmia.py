@@ -184,8 +184,11 @@ class MiaRmia(Attack):
         score, frac = rmia_scores(p_t, pr, p_pop, pr_pop, params.gamma)
         lack = unscored(keep, params.mode == "online")
         score = torch.where(lack, torch.zeros_like(score), score)  # no model behind it: no evidence
-        notes = [f"{params.mode}: {refs.describe()}{f' ({why})' if why else ''}; a = {a:g}"
-                 f"{' (tuned on the reference models)' if params.a is None and len(refs) > 1 else ''}; "
+        fit = ""
+        if params.mode == "offline":
+            tuned = " (tuned on the reference models)" if params.a is None and len(refs) > 1 else ""
+            fit = f"; a = {a:g}{tuned}"
+        notes = [f"{params.mode}: {refs.describe()}{f' ({why})' if why else ''}{fit}; "
                  f"{n_pop} population points z"]
         metrics = {"references": float(len(refs)), "a": float(a), "population": float(n_pop),
                    "references_dropped": float(len(refs.dropped))}
