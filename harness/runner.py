@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from defenses.output import OutputDefenses
 from harness.attacker.informed import InformedKnowledge
 from harness.attacker.membership import MembershipKnowledge
-from harness.attacker.reference_executors import close as close_reference_executor
+from harness.attacker.reference_executors import close as close_executors
 from harness.attacks import registry
 from harness.attacks.base import Artifact, Attack, RunContext, ThreatModel
 from harness.errors import AttackFailed, AttackSkipped, BadInput, InterfaceError
@@ -37,7 +37,6 @@ from harness.output import WarningsCapture, prune_empty
 from harness.rero.product import rero_section
 from harness.scenario import Scenario, flatten
 from harness.scoring import score
-from harness.sweep_executors import ray_preflight
 from reports import render
 from reports.html import write_html
 from reports.metadata import run_metadata
@@ -65,9 +64,8 @@ def plan_attacks(s: Scenario) -> list[Planned]:
     out = []
     for i, choice in enumerate(s.attacks):
         if choice.name not in reg:
-            raise BadInput(
-                f"attacks[{i}].name: unknown attack {choice.name!r}; known: {', '.join(reg)}"
-            )
+            raise BadInput(f"attacks[{i}].name: unknown attack {choice.name!r}; "
+                           f"known: {', '.join(reg)}")
         cls = reg[choice.name]
         try:
             params = cls.Params.model_validate(choice.params)
@@ -109,8 +107,6 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
     if s.tracking.enabled:  # a silent tracking server is bad input, found before anything else
         _probe_tracking(tracking_uri or s.tracking.uri)
     plan = plan_attacks(s)
-    if s.membership.executor == "ray" and any(p.attack.family == "membership" for p in plan):
-        ray_preflight(s.membership.ray_address, "membership.executor: ray", "membership.ray_address")
     for note in s.notes():
         print(f"leakmeter: note: {note}", file=sys.stderr)
     tracker = open_tracker(s, tracking_uri)
@@ -151,7 +147,7 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
         report["error"] = f"{type(exc).__name__}: {exc}"
     finally:
         bar.close()
-        close_reference_executor()  # a Ray started for this run's reference models
+        close_executors()  # a Ray started for this run's reference models
         with deferred():
             _judge(report, s, oracle)
             report["duration_s"] = round(time.perf_counter() - t0, 3)

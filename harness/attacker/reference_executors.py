@@ -8,8 +8,9 @@ of a reference set are split into parts of `models_per_task` (default: spread ev
 Ray offers); each part is trained in one Ray task exactly as here (`train_stacked`, batched with
 stacked parameters). Model k's batch order, initialisation and DP noise depend on k alone, so the
 parameters, and every score read from them, equal the local run's. Ray stays up while the run
-needs it and stops at its end (`close`); a Ray that was already running (a sweep's task, the
-user's own session) is used as it is and left running.
+needs it and stops at its end (`close`, called by the runner); a Ray that was already running (a
+sweep's task, the user's own session) is used as it is and left running. `check` is the scenario
+check done before anything runs (harness/scenario/checks.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 import torch
 
-from harness.sweep_executors import start_ray
+from harness.ray_cluster import ray_preflight, start_ray
 
 _SESSION: dict[str, Any] = {}  # the Ray this module started: {"key": (address, workers)}
 
@@ -85,7 +86,9 @@ def executor_for(spec: Any) -> RayExecutor | None:
 
 def session(address: str | None, workers: int | None):
     """The ray module, initialised: a Ray already running is used as it is; else one is started
-    for (address, workers) and kept until `close` (a different request restarts it)."""
+    for (address, workers) and kept until `close` (a different request restarts it). BadInput
+    when Ray is missing or the cluster does not answer."""
+    ray_preflight(address, "membership.executor: ray", "membership.ray_address")
     import ray
 
     key = (address, workers)
@@ -96,6 +99,13 @@ def session(address: str | None, workers: int | None):
     start_ray(address, workers, 1, option="membership.ray_address")
     _SESSION["key"] = key
     return ray
+
+
+def check(spec: Any) -> None:
+    """BadInput when a scenario's `membership.executor: ray` cannot work here: Ray not installed,
+    or a cluster address that does not answer."""
+    if spec is not None and spec.executor == "ray":
+        ray_preflight(spec.ray_address, "membership.executor: ray", "membership.ray_address")
 
 
 def close() -> None:

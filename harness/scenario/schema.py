@@ -281,6 +281,8 @@ class MembershipSpec(Strict):
             for key in ("ray_address", "ray_workers", "models_per_task"):
                 if getattr(self, key) is not None:
                     raise ValueError(f"{key} is for executor: ray (executor is {self.executor})")
+        elif self.ray_address and self.ray_workers is not None:
+            raise ValueError("ray_workers sizes a local Ray; a cluster at ray_address has its own")
         return self
 
 

@@ -237,6 +237,9 @@ def test_a_model_is_the_same_whichever_chunk_trains_it(dp):
 def test_ray_keys_need_the_ray_executor():
     with pytest.raises(ScenarioError, match="membership.*ray_address is for executor: ray"):
         scenario_from_dict(make_scenario(membership={"ray_address": "127.0.0.1:6379"}))
+    with pytest.raises(ScenarioError, match="ray_workers sizes a local Ray"):
+        scenario_from_dict(make_scenario(membership={"executor": "ray", "ray_address": "h:1",
+                                                     "ray_workers": 2}))
     ok = scenario_from_dict(make_scenario(membership={"executor": "ray", "ray_workers": 2}))
     assert ok.membership.ray_workers == 2
     # where reference models train changes no number: runs stay comparable
@@ -247,23 +250,29 @@ def test_ray_executor_without_ray_is_bad_input_before_anything_runs(tmp_path, mo
     from click.testing import CliRunner
 
     from harness.cli import main
+    from harness.scenario.checks import preflight
 
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails as when it is not installed
-    data = make_scenario(victim=DIGITS, interface=PROBS, attacks=[{"name": "mia_loss"}],
-                         membership={"executor": "ray"})
-    with pytest.raises(BadInput, match=r"membership.executor: ray: Ray is not installed"):
-        run_scenario(scenario_from_dict(data), out=tmp_path / "o")
-    assert not (tmp_path / "o").exists()  # nothing ran
+    data = make_scenario(victim=DIGITS, interface=PROBS, membership={"executor": "ray"},
+                         attacks=[{"name": "mia_loss"}, {"name": "mia_lira", "params": {"shadows": 2}}])
+    with pytest.raises(BadInput, match=r"^membership.executor: ray: Ray is not installed; pip install"):
+        preflight(scenario_from_dict(data))
     monkeypatch.chdir(tmp_path)
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(data))
-    res = CliRunner().invoke(main, ["run", "s.yaml", "--no-tracking", "--out", "o2"])
-    assert res.exit_code == 2 and "Traceback" not in res.output
-    assert res.stderr.strip().splitlines()[-1].count("Ray is not installed") == 1
+    res = CliRunner().invoke(main, ["run", "s.yaml", "--no-tracking", "--out", "o"])
+    assert res.exit_code == 2 and "Traceback" not in res.output and not (tmp_path / "o").exists()
+    assert len(res.stderr.strip().splitlines()) == 1 and "Ray is not installed" in res.stderr
+    # a library run that skipped the checks: the attack that needs Ray says why; the others run
+    loss, lira = run_scenario(scenario_from_dict(data), out=tmp_path / "lib")["attacks"]
+    assert loss["status"] == "ok" and lira["status"] == "error"
+    assert "Ray is not installed" in lira["reason"]
 
 
 def test_an_unreachable_ray_cluster_is_bad_input(tmp_path):
     pytest.importorskip("ray")
     import socket
+
+    from harness.scenario.checks import preflight
 
     with socket.socket() as sock:  # a port nothing listens on
         sock.bind(("127.0.0.1", 0))
@@ -271,7 +280,7 @@ def test_an_unreachable_ray_cluster_is_bad_input(tmp_path):
     data = make_scenario(victim=DIGITS, interface=PROBS, attacks=[{"name": "mia_lira"}],
                          membership={"executor": "ray", "ray_address": f"127.0.0.1:{port}"})
     with pytest.raises(BadInput, match=rf"membership.ray_address 127.0.0.1:{port}: nothing answers"):
-        run_scenario(scenario_from_dict(data), out=tmp_path)
+        preflight(scenario_from_dict(data))
 
 
 @pytest.mark.slow
