@@ -66,14 +66,15 @@ class RayExecutor:
 
 def train_part(recipe: Any, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor, seed: int,
                init_seeds: list[int] | None, sizes: list[int] | None) -> tuple[torch.Tensor, float]:
-    """One Ray task: models idx[j] (seeds seed + j) trained as train_stacked trains them here,
-    one thread per task; returns their flat parameters (on the CPU) and the seconds it took."""
+    """One Ray task: models idx[j] (seeds seed + j) trained as train_stacked trains them here (in
+    its chunks of 64, which change no number), one thread per task; returns their flat parameters
+    (on the CPU) and the seconds it took."""
     from harness.attacker.stacked_training import train_stacked
     from harness.threads import pin_threads
 
     pin_threads(1)
     t0 = time.perf_counter()
-    flat = train_stacked(recipe, x, y, idx, seed=seed, init_seeds=init_seeds, chunk=len(idx), sizes=sizes)
+    flat = train_stacked(recipe, x, y, idx, seed=seed, init_seeds=init_seeds, sizes=sizes)
     return flat.cpu(), time.perf_counter() - t0
 
 
