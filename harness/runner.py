@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from defenses.output import OutputDefenses
 from harness.attacker.informed import InformedKnowledge
 from harness.attacker.membership import MembershipKnowledge
+from harness.attacker.reference_executors import close as close_executors
 from harness.attacks import registry
 from harness.attacks.base import Artifact, Attack, RunContext, ThreatModel
 from harness.budget_check import budget_check, max_rows, settle_budget_stops
@@ -63,9 +64,8 @@ def plan_attacks(s: Scenario) -> list[Planned]:
     out = []
     for i, choice in enumerate(s.attacks):
         if choice.name not in reg:
-            raise BadInput(
-                f"attacks[{i}].name: unknown attack {choice.name!r}; known: {', '.join(reg)}"
-            )
+            raise BadInput(f"attacks[{i}].name: unknown attack {choice.name!r}; "
+                           f"known: {', '.join(reg)}")
         cls = reg[choice.name]
         try:
             params = cls.Params.model_validate(choice.params)
@@ -156,6 +156,7 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
         report["error"] = f"{type(exc).__name__}: {exc}"
     finally:
         bar.close()
+        close_executors()  # a Ray started for this run's reference models
         with deferred():
             _judge(report, s, oracle)
             report["duration_s"] = round(time.perf_counter() - t0, 3)

@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import BadInput
+from harness.ray_cluster import ray_preflight
 from harness.scenario import Scenario, parse_value, scenario_from_dict
-from harness.sweep_executors import ray_preflight, run_local, run_ray
+from harness.sweep_executors import run_local, run_ray
 
 
 @dataclass

@@ -5,9 +5,10 @@ The evaluation set is the victim's members and an equal number of non-members (i
 test split), shuffled by a secret permutation: the attacker gets the points and their labels, in
 that order, never which are members (`MembershipTruth`, for the scorer only). It also gets its
 own pool (the scenario's attacker pool, or a user's `x_pool`/`y_pool`), the victim's declared
-training recipe (`victim.training`, the model spec; a user's model file needs `spec:` for
-reference models), and reference models trained on request (harness/attacker/reference_models.py)
-— one set per run and design, shared by every attack that asks (ML Privacy Meter's signal matrix).
+training recipe (`victim.training`, the model spec, the training-set size; a user's model file
+needs `spec:` for reference models), and reference models trained on request
+(harness/attacker/reference_models.py), here or on Ray (`membership.executor`) — one set per run
+and design, shared by every attack that asks (ML Privacy Meter's signal matrix).
 
 `canary_run(m)` is the one-run audit (Steinke, Nasr, Jagielski 2023) for victims leakmeter trains:
 m mislabeled canaries from held-out data, each included independently with probability ½, added
@@ -50,6 +51,7 @@ class EvalSet:
     y: torch.Tensor
     x_pool: torch.Tensor
     y_pool: torch.Tensor
+    train_size: int = 0  # points the victim trained on (the declared recipe's; reference models match it)
 
     def __len__(self) -> int:
         return len(self.x)
@@ -138,9 +140,16 @@ class MembershipKnowledge:
         self._eval = EvalSet(torch.as_tensor(x[order], dtype=dt, device=dev),
                              torch.as_tensor(y[order], device=dev),
                              torch.as_tensor(d.x_pool, dtype=dt, device=dev),
-                             torch.as_tensor(d.y_pool, device=dev))
+                             torch.as_tensor(d.y_pool, device=dev), int(len(d.x_train)))
         self.truth = MembershipTruth(is_member[order], self.victim.truth)
         return self._eval
+
+    def executor(self) -> Any:
+        """Where reference models train: None = here, else the scenario's `membership.executor`
+        (harness/attacker/reference_executors.py)."""
+        from harness.attacker.reference_executors import executor_for
+
+        return executor_for(getattr(self.s, "membership", None))
 
     def shared(self) -> dict[Any, Any]:
         """This run's cache of reference models (one per design), shared across attacks."""
@@ -210,7 +219,7 @@ class MembershipAccess:
     requests, nothing of the victim, its oracle or the truth."""
 
     __slots__ = ("kind", "available", "trained_here", "recipe", "eval_set", "shared",
-                 "canary_run", "seed")
+                 "canary_run", "seed", "executor")
 
     def __init__(self, provider: MembershipKnowledge):
         self.kind = "membership"
@@ -221,3 +230,4 @@ class MembershipAccess:
         self.eval_set = provider.eval_set
         self.shared = provider.shared
         self.canary_run = provider.canary_run
+        self.executor = provider.executor

@@ -1,6 +1,7 @@
 """Checks a scenario needs beyond its schema, done before anything runs (at `validate` and at the
 start of every command): the files it names exist and are of a format leakmeter reads safely,
-and the victim it describes fits in this machine's memory."""
+the victim it describes fits in this machine's memory, and Ray is there when reference models
+are to train on it."""
 
 from __future__ import annotations
 
@@ -108,6 +109,9 @@ def check_startup_budget(s: Any) -> None:
 
 def preflight(s: Any) -> None:
     """Every check that needs the file system or the machine; BadInput (exit 2) on the first."""
+    from harness.attacker.reference_executors import check as check_reference_executor
+
     check_files(s)
     check_memory(s)
     check_startup_budget(s)
+    check_reference_executor(s.membership)  # membership.executor: ray needs Ray (and its cluster)

@@ -269,6 +269,26 @@ class AttackerSpec(Strict):
         return v
 
 
+class MembershipSpec(Strict):
+    """Where membership attacks train their reference models (the numbers are the same either way)."""
+
+    executor: Literal["local", "ray"] = "local"  # ray: batches of reference models as Ray tasks
+    # ray only: null = a local Ray started for the run; HOST:PORT, ray://HOST:PORT or auto = a cluster
+    ray_address: str | None = Field(default=None, max_length=300)
+    ray_workers: int | None = Field(default=None, ge=1, le=100_000)  # a local Ray's CPUs (null: all)
+    models_per_task: int | None = Field(default=None, ge=1, le=100_000)  # null: spread over the CPUs
+
+    @model_validator(mode="after")
+    def _ray_keys_need_ray(self) -> MembershipSpec:
+        if self.executor != "ray":
+            for key in ("ray_address", "ray_workers", "models_per_task"):
+                if getattr(self, key) is not None:
+                    raise ValueError(f"{key} is for executor: ray (executor is {self.executor})")
+        elif self.ray_address and self.ray_workers is not None:
+            raise ValueError("ray_workers sizes a local Ray; a cluster at ray_address has its own")
+        return self
+
+
 class Scenario(Strict):
     name: str = Field(max_length=100)
     seed: int = Field(default=0, ge=0, le=2**31 - 1)  # numpy and torch seeds are derived from it
@@ -281,6 +301,7 @@ class Scenario(Strict):
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     rero: ReroSpec = Field(default_factory=ReroSpec)
     attacker: AttackerSpec = Field(default_factory=AttackerSpec)
+    membership: MembershipSpec = Field(default_factory=MembershipSpec)
 
     @model_validator(mode="after")
     def _one_pool_setting(self) -> Scenario:
@@ -337,8 +358,9 @@ class Scenario(Strict):
         return data
 
     def fingerprint(self) -> str:
-        """Hash of the settings that make two runs comparable (all but tracking)."""
-        data = self.model_dump(mode="json", exclude={"tracking"})
+        """Hash of the settings that make two runs comparable (all but tracking and where
+        reference models train, which changes no number)."""
+        data = self.model_dump(mode="json", exclude={"tracking", "membership"})
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 

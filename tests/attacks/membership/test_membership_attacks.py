@@ -11,7 +11,6 @@ import torch
 from conftest import make_scenario
 
 from harness.attacker.informed import Recipe
-from harness.attacker.reference_models import balanced_keep
 from harness.attacker.shadows import flatten_state
 from harness.attacker.signals import phi_from_logits, phi_from_probs
 from harness.attacker.stacked_training import train_stacked
@@ -64,14 +63,6 @@ def test_stacked_dp_noise_is_the_recipes_sigma():
     assert dp_noise_multiplier(r.dp, q, epochs) == pytest.approx(
         get_noise_multiplier(target_epsilon=4.0, target_delta=1e-5, sample_rate=q, epochs=epochs,
                              accountant="rdp"))
-
-
-def test_balanced_keep_rows_equal_columns_half():
-    keep = balanced_keep(16, 1001, torch.Generator().manual_seed(0))
-    rows = keep.sum(1)
-    assert (rows == rows[0]).all() and abs(int(rows[0]) - 500) <= 16
-    cols = keep.sum(0)
-    assert cols.max() <= 8 and cols.float().mean() > 7.8  # ⌊K/2⌋ IN per point, up to trimming
 
 
 def test_phi_is_the_logit_scaled_confidence():
