@@ -352,6 +352,8 @@ def attempt(planned: Planned, view, ctx: RunContext, provider, victim, fail_on: 
     if entry["status"] != "skipped":
         truth = getattr(provider, "truth", None) or victim.truth  # a release's own truth
         _score_and_judge(atk, art, truth, victim.info, entry, fail_on)
+        if entry["stopped_by"] == "endpoint" and view.capped_by_rows():
+            entry["stopped_by"] = "cap"  # the probes found the scan's row cap spent, not a refusal
     if stop is not None:
         raise stop
     return art
