@@ -278,8 +278,10 @@ class Surrogate(Attack):
                 stopped, reason = "budget", f"the query budget paid for {n * cost} queries"
             else:
                 stopped = "cap"
-                reason = (f"stopped at its own limit ({limited_by}: {n * cost} queries) while the "
-                          f"held-out agreement still rose ({gain:+.3f}, paired s.e. {se:.3f})")
+                why = (f"while the held-out agreement still rose ({gain:+.3f}, paired s.e. {se:.3f})"
+                       if curve and math.isfinite(gain) else
+                       "before its held-out answers could show whether it still improves")
+                reason = f"stopped at its own limit ({limited_by}: {n * cost} queries) {why}"
         elif flat:
             notes.append(f"learning curve flat at {n * cost} queries (held-out gain over half as many "
                          f"points {gain:+.3f}, paired s.e. {se:.3f})")
