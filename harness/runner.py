@@ -430,7 +430,8 @@ def _reason(why: str, entry: dict[str, Any]) -> str:
         where = f" ({entry['progress']})" if entry.get("progress") else ""
         budget = entry.get("query_budget")
         of = f" of {budget}" if budget is not None else ""
-        said = f"stopped by the query budget after {entry['queries_sent']}{of} queries{where}"
+        said = f"stopped by the query budget after {entry['queries_sent']}{of} queries{where}" + (
+            f": {stop}" if stop else "")
         return f"{why}; {said}" if why else said
     if entry["stopped_by"] and stop:
         where = f" ({entry['progress']})" if entry.get("progress") else ""

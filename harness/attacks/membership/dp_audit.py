@@ -43,6 +43,7 @@ from harness.attacks import register, registry
 from harness.attacks.base import Artifact, Attack, Params
 from harness.attacks.membership.common import judge_membership, knowledge, needs_scores
 from harness.attacks.membership.mia_lira import lira_offline
+from harness.errors import AttackStopped
 from harness.scoring.audit import threshold_grid
 
 DEFAULT_DELTA = 1e-5
@@ -102,10 +103,15 @@ class DpAudit(Attack):
             notes += [f"threshold audit: {name} scores on {len(inner.data['scores'])} evaluation points"]
             notes += inner.notes
         metrics = {"epsilon_claimed": float(claim.epsilon) if claim is not None else float("nan")}
+        cut: AttackStopped | None = None
         if params.one_run and kn.trained_here:
-            cs, grid, cnotes = self._one_run(oracle, kn, params, ctx)
-            data.update(canary_scores=cs, guess_grid=grid)
-            notes += cnotes
+            try:
+                cs, grid, cnotes = self._one_run(oracle, kn, params, ctx)
+                data.update(canary_scores=cs, guess_grid=grid)
+                notes += cnotes
+            except AttackStopped as exc:  # the threshold audit already scored stays the artifact
+                cut = exc
+                notes.append(f"one-run audit not done: {exc}")
         elif params.one_run:
             notes.append("one-run audit skipped: the victim is not trained by leakmeter")
         if claim is None:
@@ -114,6 +120,8 @@ class DpAudit(Attack):
         partial = next((a for a in runs.values() if a.stopped_by is not None), None)
         if partial is not None:
             art.reason, art.stopped_by = partial.reason, partial.stopped_by
+        elif cut is not None:
+            art.reason, art.stopped_by = f"one-run audit not done: {cut}", cut.stopped_by
         return art
 
     @staticmethod
