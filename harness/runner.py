@@ -407,8 +407,7 @@ def _score_and_judge(atk: Attack, art: Artifact | None, truth, info, entry: dict
         if art.data.get("curves"):
             entry["curves"] = {k: [list(p) for p in pts] for k, pts in art.data["curves"].items()}
     if risk is None and stopped_by == "budget" and not crashed and not is_blackbox(truth):
-        risk, why = "low", (f"the query budget stopped the attack after {entry['queries_sent']} "
-                            "queries, before it had anything to score")
+        risk, why = "low", "nothing to score yet"
     if stopped_by in ("precision", "cap") and reaches(risk, fail_on):
         # a missed self-check or an own cap is a metric: the scored artifact already shows the risk
         label = "self-check" if stopped_by == "precision" else "stopped at its own cap"
