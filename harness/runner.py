@@ -352,8 +352,6 @@ def attempt(planned: Planned, view, ctx: RunContext, provider, victim, fail_on: 
     if entry["status"] != "skipped":
         truth = getattr(provider, "truth", None) or victim.truth  # a release's own truth
         _score_and_judge(atk, art, truth, victim.info, entry, fail_on)
-        if entry["stopped_by"] == "endpoint" and view.capped_by_rows():
-            entry["stopped_by"] = "cap"  # the probes found the scan's row cap spent, not a refusal
     if stop is not None:
         raise stop
     return art
@@ -416,7 +414,10 @@ def _score_and_judge(atk: Attack, art: Artifact | None, truth, info, entry: dict
     status = status_of(stopped_by, crashed)
     if status == "ok" and risk is None:  # ran, but left nothing a scorer could judge or verify
         status = "incomplete"
-        stopped_by = stopped_by or ("endpoint" if is_blackbox(truth) else "assumption")
+        if is_blackbox(truth):  # nothing verified it: the endpoint's doing, or the scan's row cap
+            stopped_by = (art.data.get("unverified_by") if art is not None else None) or "endpoint"
+        else:
+            stopped_by = stopped_by or "assumption"
         why = why or "the attack left no artifact to score"
     entry.update(status=status, stopped_by=stopped_by, risk=risk)
     if not crashed:

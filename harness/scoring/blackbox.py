@@ -44,6 +44,14 @@ def _probe_gen(truth: Any, salt: int) -> torch.Generator:
     return torch.Generator(device="cpu").manual_seed(int(truth.seed) * 1000003 + salt)
 
 
+def unverified(artifact: Any, exc: Exception) -> None:
+    """Record why no probe verified the artifact: the scan's row cap (`cap`) or the endpoint
+    (refusals, faults: `endpoint`); the runner reports it as the attack's stopped_by."""
+    artifact.data["unverified_by"] = getattr(exc, "stopped_by", None) if isinstance(
+        exc, BudgetExhausted) and getattr(exc, "stopped_by", None) == "cap" else "endpoint"
+    artifact.notes.append(f"verification probes failed: {type(exc).__name__}: {exc}"[:300])
+
+
 def probe_points(truth: Any, info: Any) -> torch.Tensor:
     """Held-out points for model agreement: the named dataset's test inputs (in distribution,
     never queried by an attack), else N(0, I) clipped to the declared input domain."""
@@ -90,7 +98,7 @@ def span_stability(artifact: Any, truth: Any, info: Any) -> dict[str, float]:
         rows, _ = gradient_rows(oracle, x, 1e-3)
     except (BudgetExhausted, EndpointError) as exc:
         out["blackbox_unverified"] = 1.0
-        artifact.notes.append(f"verification probes failed: {type(exc).__name__}: {exc}"[:300])
+        unverified(artifact, exc)
         return out
     out["blackbox_probes"] = float(truth.endpoint.stats.rows_sent - before)
     rows = rows[rows.norm(dim=1) > 0]
@@ -115,7 +123,7 @@ def surrogate_agreement(artifact: Any, truth: Any, info: Any) -> dict[str, float
     try:
         y_api = truth.probe_predict(x)
     except (BudgetExhausted, EndpointError) as exc:
-        artifact.notes.append(f"verification probes failed: {type(exc).__name__}: {exc}"[:300])
+        unverified(artifact, exc)
         return {"blackbox_probes": 0.0, "blackbox_unverified": 1.0}
     out = {"blackbox_probes": float(truth.endpoint.stats.rows_sent - before)}
     dtype = next((p.dtype for p in getattr(model, "parameters", list)()), torch.float64)
