@@ -14,8 +14,8 @@ output defenses and budget — the API, not leakmeter's attacks):
   with the victim and Cohen's κ on the victim's test split (the split leakmeter's scorer uses).
   A model leak: agreement ≥ 0.95 with κ ≥ 0.9.
 - membership: a loss-threshold test (Yeom et al.) on up to 500 members and as many non-members,
-  the loss from the API's answers (correctness for a label API; nothing for a white-box release,
-  whose logits the API returns). Identifiable members: at the threshold with FPR ≤ 1%, the 95%
+  the loss from the API's answers (correctness for a label API; the released model's logits for
+  a white-box release). Identifiable members: at the threshold with FPR ≤ 1%, the 95%
   Clopper–Pearson lower bound on TPR over the upper bound on FPR ≥ 5 with TPR ≥ 1%. A DP claim is
   violated when ε ≥ log((TPR_low − δ)/FPR_high) exceeds it at one of four thresholds (Bonferroni).
 - span: gradients at 2d + 20 Gaussian points (exact from a gradient API; central differences of
@@ -257,7 +257,7 @@ def membership(s, victim) -> dict[str, float]:
     from sklearn.metrics import roc_auc_score, roc_curve
 
     info = victim.info
-    if info.task == "regression" or info.interface == "whitebox":
+    if info.task == "regression":
         return {}
     data = victim.truth.data
     n = min(MIA_POINTS, len(data.x_train), len(data.x_test))
