@@ -186,6 +186,11 @@ def bisect_values(oracle, line: Line, grid: torch.Tensor, w_min: float, noise,
     k = Kinks(*cols, rounds=rounds, complete=complete)
     order = torch.argsort(k.tl)
     k.tl, k.tr, k.left, k.right = k.tl[order], k.tr[order], k.left[order], k.right[order]
+    touching = float((k.tr[:-1] >= k.tl[1:]).double().mean()) if len(k.tl) > 1 else 0.0
+    if len(k.tl) >= 16 and touching > 0.5:
+        raise AssumptionViolated(
+            f"the outputs bend everywhere along the line ({len(k.tl)} bent intervals, {touching:.0%} "
+            "touching the next): a smooth activation, not a piecewise-linear ReLU network")
     return k
 
 

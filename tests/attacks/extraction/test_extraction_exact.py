@@ -254,3 +254,20 @@ def test_k_output_softmax_models_are_scored_in_the_space_they_reveal(classes, at
     expected_space = "difference" if len(classes) == 2 else "centered"
     assert in_space(torch.zeros(3, len(classes)), expected_space).shape[1] == (1 if len(classes) == 2
                                                                             else len(classes))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_smooth_activation_is_declined_quickly_not_fitted_with_thousands_of_planes(dtype, tmp_path):
+    """A tanh net behind probabilities bends everywhere along a line: the bent intervals tile it
+    (float32), or exceed max_units (float64). The attack says so after one line instead of
+    fitting an output layer on ~1,400 spurious planes (once: 7.5 GB and many minutes)."""
+    s = scenario_from_dict({
+        "name": "tanh", "seed": 0, "device": "cpu",
+        "victim": {"model": {"arch": "mlp", "hidden": [32], "activation": "tanh"},
+                   "data": {"dataset": "digits", "n_train": 600},
+                   "training": {"epochs": 10, "dtype": dtype}},
+        "interface": {"kind": "prediction", "output": "probabilities"},
+        "attacks": [{"name": "finite_difference_exact"}], "tracking": {"enabled": False}})
+    r = run_direct(s, tmp_path)
+    assert r.status == "incomplete" and r.stopped_by == "assumption", r.reason
+    assert "piecewise" in r.reason and r.queries < 20_000
