@@ -399,6 +399,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         for dep in panel:
             print(f"calibration: {dep.name} ...", file=sys.stderr, flush=True)
             rows.append(evaluate(dep, Path(tmp)))
+            r = rows[-1]
+            print(f"calibration: {dep.name}: {r['verdict']}, {r['call']} ({r['wall_s']:.0f} s; "
+                  f"{', '.join(f'{k} {v[0]}/{v[1]}' for k, v in r['statuses'].items())})",
+                  file=sys.stderr, flush=True)
     table(rows)
     return rows
 
