@@ -118,7 +118,10 @@ class EndpointSpec(Strict):
     auth_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
     auth_header: str = Field(default="Authorization", pattern=r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,64}$")
     auth_scheme: str = Field(default="Bearer", pattern=r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{0,32}$")
-    timeout_s: float = Field(default=10.0, gt=0, le=3600)
+    timeout_s: float = Field(default=10.0, gt=0, le=3600)  # per socket operation (connect, each read)
+    # a whole request, connect to last byte (null: max(60, 3 × timeout_s)); a trickled answer ends here
+    deadline_s: float | None = Field(default=None, gt=0, le=86400)
+    max_response_mb: float = Field(default=64.0, gt=0, le=4096)  # largest answer read (MiB)
     max_batch: int = Field(default=256, ge=1, le=100_000)
     retries: int = Field(default=3, ge=0, le=20)
     backoff_s: float = Field(default=0.5, ge=0, le=60)
