@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 from harness.errors import ScenarioError
 from harness.scenario.schema import Scenario, redact_url
 from harness.scenario.yamlsafe import YamlRefused, load_yaml_bytes, load_yaml_text
-from victims.http.secrets import scrub
+from victims.http.secrets import clip, scrub
 
 
 def _format_loc(loc: tuple[Any, ...]) -> str:
@@ -75,7 +75,7 @@ def _describe(err: dict[str, Any], source: str) -> str:
     if isinstance(value, str) and (path.endswith("url") or "://" in value):
         value = redact_url(value)  # never repeat credentials or a query string
     if isinstance(value, str) and len(value) > 80:
-        value = value[:77] + "..."
+        value = clip(value, 77) + "..."  # scrubbed before it is cut
     shown = json.dumps(value) if isinstance(value, str | int | float | bool | None) else None
     got = f" (got {shown})" if shown is not None else ""
     if path == "<top level>" and re.match(r"^[a-z_]+(\.[a-z_]+)+: ", msg):

@@ -334,6 +334,9 @@ class Scenario(Strict):
         ep = data["victim"].get("endpoint")
         if ep and ep.get("url"):
             ep["url"] = redact_url(ep["url"])
+        uri = data["tracking"].get("uri") or ""
+        if "@" in uri.partition("://")[2].split("/", 1)[0]:  # a tracking server's user:password@
+            data["tracking"]["uri"] = redact_url(uri)
         return data
 
     def fingerprint(self) -> str:

@@ -11,6 +11,8 @@ from typing import Any
 
 import yaml
 
+from victims.http.secrets import clip
+
 MAX_BYTES = 1024 * 1024  # a scenario file is a few KB
 MAX_DEPTH = 32  # the schema nests ~6 levels; a request template a few more
 MAX_NODES = 20_000  # nodes after expanding every alias
@@ -41,7 +43,7 @@ class _StrictLoader(yaml.SafeLoader):
                 except TypeError:
                     raise YamlRefused(f"a mapping key must be a plain value{_where(key_node)}") from None
                 if hashable:
-                    raise YamlRefused(f"duplicate key {str(key)[:60]!r}{_where(key_node)}")
+                    raise YamlRefused(f"duplicate key {clip(str(key), 60)!r}{_where(key_node)}")
                 seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
