@@ -7,9 +7,11 @@ and uvicorn.
 
 Defenses are applied server side (victims/http/served.py). Authentication: `Authorization: Bearer
 KEY` or `X-API-Key: KEY`; any other Authorization scheme is refused (401). With `keys`, only those
-keys are accepted (compared in constant time), else requests without a key share the key
-"anonymous". A query budget is kept per key; a request that would overrun it is refused with 429
-and error code RESOURCE_EXHAUSTED before anything is computed. Errors are MLflow-style JSON
+keys are accepted (compared in constant time) and the query budget is kept per key. Without keys
+(an open server), a key a client makes up proves nothing: every caller shares one budget, whatever
+key it sends. Either way the table of budgets holds at most one entry per known key. A request
+that would overrun its budget is refused with 429 and error code RESOURCE_EXHAUSTED before
+anything is computed. Errors are MLflow-style JSON
 {"error_code": ..., "message": ...}; they never echo headers or query strings. Keys are never
 logged.
 
@@ -38,23 +40,36 @@ from victims.http.served import RequestError, ServedModel
 __all__ = ["KeyBudgets", "ServerLimits", "VictimServer", "make_app"]
 
 
-class KeyBudgets:
-    """Queries used per API key against one budget each (None = unlimited)."""
+OPEN = "*"  # the one budget every caller of an open server (no API keys) shares
 
-    def __init__(self, budget: int | None):
+
+class KeyBudgets:
+    """Queries used against one budget per known API key, or one budget for every caller of an
+    open server (`keys` None: a made-up key must not buy a fresh budget). None = unlimited. The
+    table holds at most one entry per known key (one on an open server)."""
+
+    def __init__(self, budget: int | None, keys: set[str] | None = None):
         self.budget = budget
+        self.keys = keys
         self.used: dict[str, int] = {}
         self._lock = threading.Lock()
 
+    @property
+    def scope(self) -> str:
+        return "per API key" if self.keys is not None else "shared by every caller (no API keys)"
+
     def charge(self, key: str, n: int) -> None:
-        """Record n queries for `key`, or raise RequestError(429) without recording any."""
+        """Record n queries for `key` (an open server: for everyone), or raise RequestError(429)
+        without recording any."""
+        bucket = key if self.keys is not None and key in self.keys else OPEN
         with self._lock:
-            used = self.used.get(key, 0)
+            used = self.used.get(bucket, 0)
             if self.budget is not None and used + n > self.budget:
+                whose = "this API key" if bucket != OPEN else "this server (shared by every caller)"
                 raise RequestError(429, "RESOURCE_EXHAUSTED",
-                                   f"query budget exhausted for this API key: {n} requested, "
+                                   f"query budget exhausted for {whose}: {n} requested, "
                                    f"{self.budget - used} of {self.budget} left")
-            self.used[key] = used + n
+            self.used[bucket] = used + n
 
 
 def _version() -> str:
@@ -184,7 +199,7 @@ def make_app(served: ServedModel, budgets: KeyBudgets, keys: set[str] | None,
     @app.get("/version")
     async def version() -> Response:
         return JSONResponse({"leakmeter": _version(), **served.meta, "defenses": served.defenses.active(),
-                             "query_budget_per_key": budgets.budget})
+                             "query_budget": budgets.budget, "query_budget_scope": budgets.scope})
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> Response:
@@ -210,7 +225,7 @@ class VictimServer:
         import uvicorn
 
         self.limits = limits or ServerLimits()
-        self.budgets = KeyBudgets(budget)
+        self.budgets = KeyBudgets(budget, keys)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.sock = socket.socket(family, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

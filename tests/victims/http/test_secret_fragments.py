@@ -20,10 +20,11 @@ from harness.oracle import Oracle
 from harness.scenario import scenario_from_dict
 from victims.build import build_victim
 from victims.http.client import EndpointError
-from victims.http.secrets import FRAGMENT, Scrubber
+from victims.http.secrets import Scrubber
 
 TOKEN = "tok-Cq8w-4Lr2-straddle"  # 22 characters
 ENV = "LEAKMETER_CUT_TOKEN"
+FRAGMENT = 8  # pieces this long of a secret must never show (the bar)
 D = 4
 
 
@@ -82,7 +83,7 @@ def test_the_scrubber_masks_every_long_enough_piece_and_cuts_after_scrubbing():
             assert not leaked(s.scrub(text)), (cut, s.scrub(text))
     assert s.scrub("a short piece tok-Cq8 stays") == "a short piece tok-Cq8 stays"  # 7 characters
     for at in range(180, 205):
-        out = s.clip("A" * at + TOKEN, 200)
+        out = s.scrub("A" * at + TOKEN)[:200]
         assert len(out) <= 200 and not leaked(out), (at, out)
 
 
