@@ -233,10 +233,26 @@ def _end_stray_runs(tracker: Any, sweep_run_id: str) -> None:
                 todo.append(r.info.run_id)
 
 
+def log_sweep_scenario(tracker: Any, run_id: str | None, plan: SweepPlan) -> None:
+    """The grid and the sweep's scenario as `run` logs one: credentials and query strings removed
+    (schema.public_data), every string scrubbed by the tracker — never the raw file, whose URL may
+    carry a key under any parameter name."""
+    import yaml
+
+    from harness.scenario.schema import public_data
+    from victims.http.secrets import SECRETS
+
+    for s in plan.scenarios:  # the secrets the cells' URLs carry, masked wherever they show
+        if s.victim.endpoint is not None:
+            SECRETS.add_url(s.victim.endpoint.url)
+    tracker.text(run_id, json.dumps({"grid": plan.grid, "seeds": plan.seeds}, default=str), "grid.json")
+    tracker.text(run_id, yaml.safe_dump(public_data(plan.raw), sort_keys=False), "scenario.yaml")
+
+
 def run_sweep(plan: SweepPlan, *, scenario_path: str, tracking_uri: str | None, out: str | Path | None,
               jobs: int = 1, threads: int = 1, executor: str = "local", ray_address: str | None = None,
               fresh: bool = False, echo: Callable[[str], None] = print,
-              trust_model_code: bool = False) -> dict[str, Any]:
+              trust_model_code: bool = False, auth_env: str | None = None) -> dict[str, Any]:
     """Run (or resume) the sweep; returns {"sweep_run_id", "results", "skipped", "errors", ...}."""
     import yaml
 
@@ -282,9 +298,7 @@ def run_sweep(plan: SweepPlan, *, scenario_path: str, tracking_uri: str | None, 
                        for k, vals in plan.grid.items()}
         tracker.params(sweep_run_id, grid_params | {"seeds": len(plan.seeds), "executor": executor,
                                                     "jobs": jobs})
-        tracker.text(sweep_run_id, json.dumps({"grid": plan.grid, "seeds": plan.seeds}, default=str),
-                     "grid.json")
-        tracker.text(sweep_run_id, Path(scenario_path).read_text(), "scenario.yaml")
+        log_sweep_scenario(tracker, sweep_run_id, plan)
     outroot = Path(out) if out else Path("leakmeter-out") / f"sweep-{plan.sweep_id}"
     outroot = outroot.resolve()
     tasks = []
@@ -298,7 +312,7 @@ def run_sweep(plan: SweepPlan, *, scenario_path: str, tracking_uri: str | None, 
                       "out": str(outroot / f"cell-{i:03d}"), "sweep_run_id": sweep_run_id,
                       "sweep_id": plan.sweep_id, "cell_key": key, "cell_label": cell.label(),
                       "settings": cell.settings, "threads": threads,
-                      "trust_model_code": trust_model_code,
+                      "trust_model_code": trust_model_code, "auth_env": auth_env,
                       "yaml": yaml.safe_dump(data, sort_keys=False)})
     skipped = len(plan.cells) - len(tasks)
     echo(f"sweep {plan.sweep_id}: {len(plan.cells)} cells, {skipped} skipped (finished before), "

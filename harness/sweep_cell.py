@@ -46,6 +46,10 @@ def _run_cell(task: dict[str, Any], t0: float) -> dict[str, Any]:
             from victims.models.files import allow_model_code
 
             allow_model_code(True)
+        if task.get("auth_env"):  # the sweep's --auth-env, for this worker
+            from victims.http.endpoint import allow_auth_env
+
+            allow_auth_env(task["auth_env"])
         tags = {"mlflow.parentRunId": task["sweep_run_id"], "leakmeter.kind": "cell",
                 "leakmeter.sweep_id": task["sweep_id"], "leakmeter.cell": task["cell_key"],
                 "leakmeter.cell_label": task["cell_label"]} if task["sweep_run_id"] else {}

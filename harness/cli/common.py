@@ -15,6 +15,11 @@ TRUST = click.option(
     "--trust-model-code", is_flag=True,
     help="Allow victim.model.format: torchscript. A TorchScript file is a program: its code RUNS when it "
          "is loaded. Only for files you trust; without this flag such files are refused (exit 2).")
+AUTH_ENV = click.option(
+    "--auth-env", metavar="VAR",
+    help="The environment variable holding the endpoint's token, chosen by you for this run. A scenario "
+         "may itself name only variables starting with LEAKMETER_ (scenarios travel between people, "
+         "and the token is sent to the scenario's URL).")
 SET = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
                    help="Override a scenario key by dotted path, e.g. defenses.dp_sgd.epsilon=4.")
 

@@ -8,6 +8,7 @@ import sys
 import click
 
 from harness.cli.common import (
+    AUTH_ENV,
     SET,
     THREADS,
     TRUST,
@@ -36,11 +37,12 @@ from harness.threads import pin_threads
 @click.option("--fail-on-verdict", is_flag=True,
               help="Also exit 1 when the verdict is fail (not only on a regression).")
 @ci_outputs
+@AUTH_ENV
 @TRUST
 @THREADS
 @guarded
 def scan(scenario, overrides, baseline, tolerances, json_path, out, tracking_uri, verbose,
-         fail_on_verdict, sarif_path, junit_path, trust_model_code, threads):
+         fail_on_verdict, sarif_path, junit_path, auth_env, trust_model_code, threads):
     """Scan the SCENARIO's endpoint and compare with a baseline run: exit 1 on a regression."""
     pin_threads(threads)
     apply_trust(trust_model_code)
@@ -51,7 +53,7 @@ def scan(scenario, overrides, baseline, tolerances, json_path, out, tracking_uri
 
     check_output_paths(json=json_path, sarif=sarif_path, junit=junit_path)
     tol = parse_tolerances(tolerances)
-    s = load_scenario(scenario, list(overrides))
+    s = load_scenario(scenario, list(overrides), auth_env)
     res = run_scan(s, baseline=baseline, tolerance=tol, tracking_uri=tracking_uri, out=out,
                    json_path=json_path, source=Path(scenario).read_text())
     report = res["report"]

@@ -30,15 +30,13 @@ from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit
 MASK = "***"
 MIN_SECRET = 4
 FRAGMENT = 8  # pieces of a registered secret this long are masked wherever they appear
-# query parameters whose values are credentials whatever their length
-CREDENTIAL_PARAM = re.compile(
-    r"(?i)^(api[_-]?key|apikey|key|token|access[_-]?token|auth|authorization|secret|client[_-]?secret|"
-    r"password|passwd|pwd|pass|sig|signature|x-amz-signature|x-goog-signature|code|session|sessionid|"
-    r"credential|credentials|jwt|bearer)$")
+# query parameter names whose values are credentials whatever their length: any name containing
+# one of these words (api_key, subscription-key, X-Amz-Signature, access_token, ...), or exactly
+# `code` / `pass`
+_CRED_WORDS = r"key|token|secret|passw|pwd|sig|auth|credential|session|jwt|bearer"
+CREDENTIAL_PARAM = re.compile(rf"(?i)^(?:[\w.~-]*(?:{_CRED_WORDS})[\w.~-]*|code|pass)$")
 _USERINFO = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)[^/\s@?#'\"<>]+@")
-_QUERY_CRED = re.compile(
-    r"(?i)([?&;](?:api[_-]?key|apikey|key|token|access[_-]?token|auth|secret|client[_-]?secret|"
-    r"password|passwd|pwd|sig|signature|x-amz-signature|x-goog-signature|jwt|bearer)=)[^&#\s'\"<>]+")
+_QUERY_CRED = re.compile(rf"(?i)([?&;][\w.~-]*(?:{_CRED_WORDS})[\w.~-]*=)[^&#\s'\"<>]+")
 # a header value: at least 6 token characters, one of them a digit or punctuation (not a word)
 _AUTH_VALUE = re.compile(
     r"(?i)\b(bearer|basic)(\s+|%20|\+)(?!\*\*\*)(?=[A-Za-z]*[0-9._~+/=:-])[A-Za-z0-9._~+/=:-]{6,}")

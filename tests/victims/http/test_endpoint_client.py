@@ -260,9 +260,9 @@ def test_endpoint_quota_429_ends_the_attack_honestly():
 
 
 def test_token_never_appears_in_errors_even_when_the_server_echoes_it(monkeypatch):
-    monkeypatch.setenv("LM_TEST_TOKEN", TOKEN)
+    monkeypatch.setenv("LEAKMETER_TEST_TOKEN", TOKEN)
     with FaultServer(lambda i: "ok" if i == 0 else "echo401") as srv:
-        oracle, victim = remote(srv.url, auth_env="LM_TEST_TOKEN")
+        oracle, victim = remote(srv.url, auth_env="LEAKMETER_TEST_TOKEN")
         with pytest.raises(EndpointRefused) as err:
             oracle.view("t").predict(torch.zeros(2, D, dtype=torch.float64))
     text = str(err.value) + repr(err.value) + repr(victim.backend) + repr(victim.record)
@@ -271,9 +271,9 @@ def test_token_never_appears_in_errors_even_when_the_server_echoes_it(monkeypatc
 
 
 def test_missing_token_variable_is_bad_input(monkeypatch):
-    monkeypatch.delenv("LM_TEST_TOKEN", raising=False)
-    with pytest.raises(BadInput, match="LM_TEST_TOKEN is not set"):
-        remote("http://127.0.0.1:9/invocations", auth_env="LM_TEST_TOKEN")
+    monkeypatch.delenv("LEAKMETER_TEST_TOKEN", raising=False)
+    with pytest.raises(BadInput, match="LEAKMETER_TEST_TOKEN is not set"):
+        remote("http://127.0.0.1:9/invocations", auth_env="LEAKMETER_TEST_TOKEN")
 
 
 def test_json_protocol_with_template_and_response_path():
