@@ -395,8 +395,14 @@ def _score_and_judge(atk: Attack, art: Artifact | None, truth, info, entry: dict
         except Interrupted:
             raise
         except Exception as exc:  # noqa: BLE001 - an unscorable artifact is not a pass
-            crashed = True
-            entry["reason"] = f"scoring failed: {type(exc).__name__}: {exc}"
+            if getattr(exc, "stopped_by", None) in ("endpoint", "faults"):
+                # an endpoint that refuses (a spent quota) or fails the black-box scorer's probes:
+                # the artifact could not be scored, which is the endpoint's stop, not a crash
+                stopped_by = stopped_by if stopped_by not in (None, "budget") else exc.stopped_by
+                why = f"not scored: the endpoint did not answer the scorer's held-out probes ({exc})"
+            else:
+                crashed = True
+                entry["reason"] = f"scoring failed: {type(exc).__name__}: {exc}"
         entry.update(metrics=metrics, notes=art.notes, progress=art.progress,
                      artifacts={k: str(v) for k, v in art.files.items()})
         if art.data.get("curves"):

@@ -111,7 +111,7 @@ class Surrogate(Attack):
         n_max = limit // cost
         notes = [f"loss {'joint ℓ_G + λ·ℓ_M' if joint else 'membership ℓ_M'}",
                  f"queries per point: {cost}"]
-        pool = info.x_pool.reshape(len(info.x_pool), -1) if info.x_pool is not None else None
+        pool = info.x_pool.reshape(len(info.x_pool), info.dim) if info.x_pool is not None else None
         source = p.pool
         if source == "data" and (pool is None or len(pool) == 0):
             source = "gaussian"
