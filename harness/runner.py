@@ -478,7 +478,7 @@ def _finish(report: dict[str, Any], s: Scenario, tracker: Tracker, parent: str |
     # report was scrubbed: scrubbed here (user:password@ of a tracking server)
     try:
         render.write_json(report, outdir / "report.json")
-        (outdir / "report.md").write_text(render.to_markdown(report))
+        render.write_text(outdir / "report.md", render.to_markdown(report))
         write_html(report, outdir / "report.html", s.public_dump())
         if json_path:
             render.write_json(report, json_path)

@@ -116,6 +116,18 @@ def probe_server(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
         raise TrackingUnavailable(f"the tracking server answers HTTP {resp.status_code}")
 
 
+def check_store(uri: str) -> None:
+    """TrackingUnavailable at once for an embedded store that cannot be one (MLflow would retry
+    opening it for about 100 s): the path is a folder, or something else that is not a file."""
+    db = _sqlite_path(uri)
+    if db is None or not db.exists():
+        return
+    if db.is_dir():
+        raise TrackingUnavailable(f"{db} is a folder; an embedded store is a file (sqlite:///path/mlflow.db)")
+    if not db.is_file():
+        raise TrackingUnavailable(f"{db} is not a regular file")
+
+
 def default_uri() -> str:
     """The embedded store in the working directory."""
     return f"sqlite:///{Path.cwd() / 'mlflow.db'}"
@@ -143,6 +155,7 @@ class Tracker:
         self.experiment_id: str | None = None
         if enabled:
             probe_server(self.uri)
+            check_store(self.uri)
             from mlflow.tracking import MlflowClient
 
             with _store_lock(self.uri):  # the first use of a fresh store creates its schema

@@ -32,15 +32,24 @@ def ci_outputs(fn):
                         help="Write SARIF 2.1.0 here (code scanning: one result per finding).")(fn)
 
 
-def check_output_paths(**paths) -> None:
-    """BadInput, before anything runs, when an output file's folder does not exist."""
-    from pathlib import Path
-
+def check_output_paths(out: str | None = None, **paths) -> None:
+    """BadInput, before anything runs, when an output cannot be written: a file's folder is missing
+    or takes no new file, the file is a device, a pipe or a folder, or a symlink out of its folder
+    (reports/outputs.py); the --out folder (or its nearest existing parent) takes no new file."""
     from harness.errors import BadInput
+    from reports.outputs import OutputRefused, check_folder, check_writable
 
+    try:
+        if out:
+            check_folder(out)
+    except OutputRefused as exc:
+        raise BadInput(f"--out {out}: {exc}") from None
     for flag, path in paths.items():
-        if path and not Path(path).resolve().parent.is_dir():
-            raise BadInput(f"--{flag}: folder {Path(path).resolve().parent} does not exist")
+        try:
+            if path:
+                check_writable(path)
+        except OutputRefused as exc:
+            raise BadInput(f"--{flag} {path}: {exc}") from None
 
 
 def write_ci_outputs(sarif_path, junit_path, reports, scenario_path, scenario=None, sweep_cells=None,

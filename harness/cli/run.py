@@ -45,15 +45,17 @@ def run(scenario, overrides, json_path, out, tracking_uri, no_tracking, sarif_pa
     from harness.scenario import load_scenario
     from reports.verdict import exit_code
 
-    check_output_paths(json=json_path, sarif=sarif_path, junit=junit_path)
+    check_output_paths(out, json=json_path, sarif=sarif_path, junit=junit_path)
     s = load_scenario(scenario, list(overrides), auth_env)
     if no_tracking:
         s.tracking.enabled = False
     try:
         report = run_scenario(s, tracking_uri=tracking_uri, out=out, json_path=json_path,
                               source=Path(scenario).read_text())
-    except Interrupted as exc:  # the partial report reaches CI too
-        write_ci_outputs(sarif_path, junit_path, [(None, exc.report)], scenario, s.public_dump())
+    except Interrupted as exc:  # the partial report reaches CI too (none before the victim is built)
+        report = getattr(exc, "report", None)
+        if report is not None:
+            write_ci_outputs(sarif_path, junit_path, [(None, report)], scenario, s.public_dump())
         raise
     print_summary(report)
     write_ci_outputs(sarif_path, junit_path, [(None, report)], scenario, s.public_dump())

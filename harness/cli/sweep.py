@@ -59,7 +59,7 @@ def sweep(scenario, grid, overrides, seeds, jobs, executor, ray_address, out, tr
     from harness.scenario import apply_overrides, choose_auth_env, read_raw
     from harness.sweep import plan_sweep, run_sweep
 
-    check_output_paths(sarif=sarif_path, junit=junit_path)
+    check_output_paths(out, sarif=sarif_path, junit=junit_path)
     if not grid:
         raise BadInput("--grid: give at least one KEY=V1,V2,... to sweep over")
     raw = choose_auth_env(apply_overrides(read_raw(scenario), list(overrides)), auth_env, scenario)
