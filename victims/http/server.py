@@ -24,7 +24,6 @@ Content-Length a 400 (from h11), never a 500.
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import json
 import socket
@@ -34,7 +33,7 @@ from typing import Any
 import numpy as np
 from fastapi import Request  # at module level: FastAPI resolves the handlers' annotations here
 
-from victims.http.guard import ServerLimits, guarded_protocol
+from victims.http.guard import ByteBudget, ServerLimits, guarded_protocol
 from victims.http.served import RequestError, ServedModel
 
 __all__ = ["KeyBudgets", "ServerLimits", "VictimServer", "make_app"]
@@ -139,7 +138,7 @@ def make_app(served: ServedModel, budgets: KeyBudgets, keys: set[str] | None,
     from starlette.exceptions import HTTPException
 
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
-    readers = asyncio.Semaphore(limits.max_readers)
+    buffered = ByteBudget(limits.body_bytes)
     workers = anyio.CapacityLimiter(limits.max_inflight)
 
     def error(exc: RequestError) -> Response:
@@ -154,28 +153,36 @@ def make_app(served: ServedModel, budgets: KeyBudgets, keys: set[str] | None,
             log(f"{host} {request.method} {request.url.path} {status}")
 
     async def read_body(request: Request) -> bytes:
+        """The body, buffered against the server's byte budget as it arrives (a slow sender holds
+        only what it sent); 413 over max_body, 503 when no room frees within queue_timeout_s. The
+        whole request is bounded in time by the connection's deadline (victims/http/guard.py)."""
         length = request.headers.get("content-length")
         if length is not None and int(length) > limits.max_body:  # h11 checked it is a number
             raise RequestError(413, "REQUEST_TOO_LARGE", f"the body is over {limits.max_body} bytes")
+        chunks, size = [], 0
         try:
-            await asyncio.wait_for(readers.acquire(), limits.queue_timeout_s)
-        except TimeoutError:
-            raise RequestError(503, "TEMPORARILY_UNAVAILABLE", "too many requests in flight") from None
-        try:
-            chunks, size = [], 0
             async for chunk in request.stream():
-                size += len(chunk)
-                if size > limits.max_body:
+                if size + len(chunk) > limits.max_body:
                     raise RequestError(413, "REQUEST_TOO_LARGE", f"the body is over {limits.max_body} bytes")
+                try:
+                    await buffered.take(len(chunk), limits.queue_timeout_s)
+                except TimeoutError:
+                    raise RequestError(503, "TEMPORARILY_UNAVAILABLE", "too many request bodies in "
+                                       "flight") from None
+                size += len(chunk)
                 chunks.append(chunk)
             return b"".join(chunks)
         finally:
-            readers.release()
+            await buffered.give(size)
 
     def answer(raw: bytes, key: str) -> list:
         x, explain = parse_request(raw, served)
         budgets.charge(key, len(x))
-        return served.answer(x, explain).tolist()
+        y = served.answer(x, explain)
+        if not np.isfinite(y).all():  # e.g. inputs of ±1e308 overflow the model
+            raise RequestError(422, "UNPROCESSABLE_INPUT", "the answer for these inputs is not finite "
+                               "(inputs too large for the model?)")
+        return y.tolist()
 
     @app.post("/invocations")
     async def invocations(request: Request) -> Response:
@@ -188,6 +195,10 @@ def make_app(served: ServedModel, budgets: KeyBudgets, keys: set[str] | None,
             response: Response = JSONResponse({"predictions": out})
         except RequestError as exc:
             response = error(exc)
+        except Exception as exc:  # noqa: BLE001 - a server bug: one line, a 500, no traceback
+            if log is not None:
+                log(f"internal error: {type(exc).__name__}")
+            response = error(RequestError(500, "INTERNAL_ERROR", type(exc).__name__))
         access(request, response.status_code)
         return response
 
@@ -227,7 +238,9 @@ class VictimServer:
         self.limits = limits or ServerLimits()
         self.budgets = KeyBudgets(budget, keys)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.sock = socket.socket(family, socket.SOCK_STREAM)
+        # proto IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets that say they are TCP; with
+        # proto 0 a keep-alive answer waited ~40 ms for the client's delayed ACK (Nagle)
+        self.sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             self.sock.bind((host, port))  # OSError here: the caller says which port
