@@ -287,6 +287,10 @@ def run_sweep(plan: SweepPlan, *, scenario_path: str, tracking_uri: str | None, 
                 finished.setdefault(key, r.info.run_id)
             elif r.info.status == "RUNNING":  # left behind by an interrupted sweep
                 client.set_terminated(r.info.run_id, "KILLED")
+        from reports.tracking import process_tag
+
+        tracker.tags(sweep_run_id, {"leakmeter.process": process_tag() or "",  # this process owns it now
+                                    "leakmeter.reaped": ""})
         client.update_run(sweep_run_id, status="RUNNING")
         echo(f"resuming sweep {plan.sweep_id} (MLflow run {sweep_run_id}): "
              f"{len(finished)} of {len(plan.cells)} cells already finished")
@@ -319,7 +323,10 @@ def run_sweep(plan: SweepPlan, *, scenario_path: str, tracking_uri: str | None, 
          f"{len(tasks)} to run with {executor} executor, {jobs} job(s)")
     count = [0]
 
+    results: list[dict[str, Any]] = []  # filled as cells finish: a stopped sweep keeps them
+
     def on_done(r: dict[str, Any]) -> None:
+        results.append(r)
         count[0] += 1
         if r.get("error"):
             echo(f"  [{count[0]}/{len(tasks)}] {r['label']}: CRASHED: {r['error']}")
@@ -331,19 +338,20 @@ def run_sweep(plan: SweepPlan, *, scenario_path: str, tracking_uri: str | None, 
                  f"{r['wall_s']:.1f} s")
 
     t0 = time.perf_counter()
-    results: list[dict[str, Any]] = []
     status = "FAILED"
     try:
         if tasks:
             if executor == "ray":
-                results = run_ray(tasks, jobs, threads, ray_address, on_done)
+                run_ray(tasks, jobs, threads, ray_address, on_done)
             else:
-                results = run_local(tasks, jobs, threads, on_done)
+                run_local(tasks, jobs, threads, on_done)
         errors = [r for r in results if r.get("error") or r["report"].get("error")
                   or any(a.get("status") == "error" for a in r["report"].get("attacks", []))]
         status = "FAILED" if errors else "FINISHED"
-    except (Interrupted, KeyboardInterrupt):
+    except (Interrupted, KeyboardInterrupt) as exc:
         status = "KILLED"
+        exc.sweep = {"sweep_run_id": sweep_run_id, "tracking_uri": uri, "results": results,
+                     "out": str(outroot)}  # what the CLI writes SARIF/JUnit from
         raise
     finally:
         _end_stray_runs(tracker, sweep_run_id)

@@ -74,9 +74,18 @@ def sweep(scenario, grid, overrides, seeds, jobs, executor, ray_address, out, tr
                 read_token(s.victim.endpoint)  # an allowed, set token variable: before any cell runs
         except BadInput as exc:
             raise BadInput(f"cell {cell.label()}: {exc}") from None
-    res = run_sweep(plan, scenario_path=scenario, tracking_uri=tracking_uri, out=out, jobs=jobs,
-                    threads=threads, executor=executor, ray_address=ray_address, fresh=fresh, echo=click.echo,
-                    trust_model_code=trust_model_code, auth_env=auth_env)
+    from harness.interrupts import Interrupted
+
+    try:
+        res = run_sweep(plan, scenario_path=scenario, tracking_uri=tracking_uri, out=out, jobs=jobs,
+                        threads=threads, executor=executor, ray_address=ray_address, fresh=fresh,
+                        echo=click.echo, trust_model_code=trust_model_code, auth_env=auth_env)
+    except Interrupted as exc:  # the cells that ran (killed ones with their partial reports) reach CI
+        part = getattr(exc, "sweep", None)
+        if part is not None and (sarif_path or junit_path):
+            records, _, _ = gather_sweep(part["tracking_uri"], part["sweep_run_id"])
+            _ci_outputs(sarif_path, junit_path, records, part, None, scenario, raw)
+        raise
     click.echo(f"sweep run: {res['sweep_run_id']} ({len(res['results'])} cells run, "
                f"{res['skipped']} skipped)")
     code = 3 if res["errors"] else 0
