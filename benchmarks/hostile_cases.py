@@ -44,11 +44,14 @@ class Result:
 
     def line(self) -> str:
         """The first `leakmeter:` line of stderr (or the last line), cut for a table cell."""
-        lines = [ln for ln in self.err.splitlines() if ln.strip() and not ln.startswith("MAXRSS")]
+        lines = [ln for ln in self.err.splitlines()
+                 if ln.strip() and not ln.startswith(("MAXRSS", "Command exited"))]
         first = next(
             (ln for ln in lines if ln.startswith("leakmeter: error")),
-            next((ln for ln in lines if "crashed" in ln), lines[-1] if lines else ""),
+            next((ln for ln in lines if "crashed" in ln),
+                 next((ln for ln in self.out.splitlines() if ln.startswith("verdict:")), "")),
         )
+        first = re.sub(r"/tmp/\S*?/work/", "", first)  # the scratch folder says nothing
         return first.removeprefix("leakmeter: ")[:90].replace("|", "/")
 
     def short(self) -> str:
@@ -651,9 +654,17 @@ def _kkt_runs(uri: str, exp: str) -> list:
     return client.search_runs([e.experiment_id]) if e else []
 
 
+def _store(uri: str) -> None:
+    """Create the store's schema before any leakmeter process and this one race to create it."""
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient(uri).search_experiments()
+
+
 def sweep_sigterm(checkout: Path, tmp: Path) -> str:
     p = scenario(tmp, base(**LONG_KKT, tracking={"experiment": "sweeps"}))
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    _store(uri)
     env = {**os.environ, "LEAKMETER_THREADS": "1", "PYTHONPATH": str(checkout), "CI": "true"}
     proc = subprocess.Popen(
         [
@@ -697,6 +708,7 @@ def sweep_sigterm(checkout: Path, tmp: Path) -> str:
 
 def kill9(checkout: Path, tmp: Path) -> str:
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    _store(uri)
     env = {**os.environ, "LEAKMETER_THREADS": "1", "PYTHONPATH": str(checkout), "CI": "true"}
     p = scenario(tmp, base(**LONG_KKT, tracking={"experiment": "k9"}), "long.yaml")
     proc = subprocess.Popen(
