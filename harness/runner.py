@@ -395,14 +395,8 @@ def _score_and_judge(atk: Attack, art: Artifact | None, truth, info, entry: dict
         except Interrupted:
             raise
         except Exception as exc:  # noqa: BLE001 - an unscorable artifact is not a pass
-            if getattr(exc, "stopped_by", None) in ("endpoint", "faults"):
-                # an endpoint that refuses (a spent quota) or fails the black-box scorer's probes:
-                # the artifact could not be scored, which is the endpoint's stop, not a crash
-                stopped_by = stopped_by if stopped_by not in (None, "budget") else exc.stopped_by
-                why = f"not scored: the endpoint did not answer the scorer's held-out probes ({exc})"
-            else:
-                crashed = True
-                entry["reason"] = f"scoring failed: {type(exc).__name__}: {exc}"
+            crashed = True
+            entry["reason"] = f"scoring failed: {type(exc).__name__}: {exc}"
         entry.update(metrics=metrics, notes=art.notes, progress=art.progress,
                      artifacts={k: str(v) for k, v in art.files.items()})
         if art.data.get("curves"):
@@ -474,8 +468,7 @@ def _finish(report: dict[str, Any], s: Scenario, tracker: Tracker, parent: str |
             outdir: Path, json_path: str | Path | None, status: str) -> None:
     """Write the report files, log them and the summary to MLflow, and end the parent run."""
     report["mlflow_run_id"] = parent
-    report["tracking_uri"] = SECRETS.scrub(tracker.uri) if tracker.enabled else None  # set after the
-    # report was scrubbed: scrubbed here (user:password@ of a tracking server)
+    report["tracking_uri"] = SECRETS.scrub(tracker.uri) if tracker.enabled else None  # after scrub_in_place
     try:
         render.write_json(report, outdir / "report.json")
         render.write_text(outdir / "report.md", render.to_markdown(report))

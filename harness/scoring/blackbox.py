@@ -29,6 +29,7 @@ import torch
 from harness.attacks.gradients import api_labels
 from harness.errors import BudgetExhausted
 from harness.scoring import scorer
+from victims.http.client import EndpointError
 
 SPAN_PROBES = 8  # held-out gradient points
 MODEL_PROBES = 256  # held-out points for surrogate agreement
@@ -71,7 +72,8 @@ def span_stability(artifact: Any, truth: Any, info: Any) -> dict[str, float]:
     x = torch.randn(SPAN_PROBES, info.dim, generator=_probe_gen(truth, 1), dtype=torch.float64)
     try:
         rows, _ = gradient_rows(oracle, x, 1e-3)
-    except BudgetExhausted:
+    except (BudgetExhausted, EndpointError):  # no probes, no verification: the attack's stop stands
+        out["blackbox_unverified"] = 1.0
         return out
     out["blackbox_probes"] = float(truth.endpoint.stats.rows_sent - before)
     rows = rows[rows.norm(dim=1) > 0]
@@ -97,8 +99,8 @@ def surrogate_agreement(artifact: Any, truth: Any, info: Any) -> dict[str, float
     before = truth.endpoint.stats.rows_sent
     try:
         y_api = truth.probe_predict(x)
-    except BudgetExhausted:
-        return {"blackbox_probes": 0.0}
+    except (BudgetExhausted, EndpointError):  # e.g. a quota the attack spent: nothing verified
+        return {"blackbox_probes": 0.0, "blackbox_unverified": 1.0}
     out = {"blackbox_probes": float(truth.endpoint.stats.rows_sent - before)}
     dtype = next((p.dtype for p in getattr(model, "parameters", list)()), torch.float64)
     with torch.no_grad():
