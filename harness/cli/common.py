@@ -43,13 +43,13 @@ def check_output_paths(out: str | None = None, **paths) -> None:
         if out:
             check_folder(out)
     except OutputRefused as exc:
-        raise BadInput(f"--out {out}: {exc}") from None
+        raise BadInput(f"--out: {exc}") from None
     for flag, path in paths.items():
         try:
             if path:
                 check_writable(path)
         except OutputRefused as exc:
-            raise BadInput(f"--{flag} {path}: {exc}") from None
+            raise BadInput(f"--{flag}: {exc}") from None
 
 
 def write_ci_outputs(sarif_path, junit_path, reports, scenario_path, scenario=None, sweep_cells=None,
