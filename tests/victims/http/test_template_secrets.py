@@ -95,7 +95,7 @@ def test_auth_placeholder_sends_the_token_in_the_body_and_nowhere_else(tmp_path,
     assert any('"$auth"' in t or "$auth" in t for t in texts)  # the template itself is logged
 
 
-def test_a_sweep_logs_the_scrubbed_scenario_not_the_raw_file(tmp_path):
+def test_a_sweep_logs_the_scrubbed_scenario_not_the_raw_file(tmp_path, tracking_uri):
     """The sweep's scenario.yaml in MLflow holds no query key, whatever the parameter's name."""
     from harness.scenario import read_raw
     from harness.sweep import log_sweep_scenario, plan_sweep
@@ -103,7 +103,7 @@ def test_a_sweep_logs_the_scrubbed_scenario_not_the_raw_file(tmp_path):
 
     scen = _scenario(tmp_path, f"http://127.0.0.1:9/x?subscription-key={SUBKEY}&v=2",
                      {"instances": "$inputs"})
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = tracking_uri
     plan = plan_sweep(read_raw(scen), scen, ["defenses.query_budget=100,200"], 1)
     tracker = Tracker(uri, "sweep-secrets", True)
     run_id = tracker.start("sweep")
