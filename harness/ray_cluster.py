@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from harness.errors import BadInput
+from victims.http.secrets import clip
 
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
                "LEAKMETER_THREADS")
@@ -65,5 +66,5 @@ def _ray_cause(exc: BaseException) -> str:
     for key in ("token", "auth", "version", "refused", "timed out", "timeout"):
         hit = next((ln for ln in lines if key in ln.lower()), None)
         if hit:
-            return hit[:300]
-    return (lines[-1] if lines else type(exc).__name__)[:300]
+            return clip(hit, 300)
+    return clip(lines[-1] if lines else type(exc).__name__, 300)

@@ -13,6 +13,7 @@ from harness.scenario import Scenario, flatten
 from reports import render
 from reports.html import write_html
 from reports.tracking import Tracker
+from victims.http.secrets import SECRETS
 
 
 def log_scenario(tracker: Tracker, parent: str | None, s: Scenario, source: str | None) -> None:
@@ -45,10 +46,10 @@ def finish(report: dict[str, Any], s: Scenario, tracker: Tracker, parent: str | 
             outdir: Path, json_path: str | Path | None, status: str) -> None:
     """Write the report files, log them and the summary to MLflow, and end the parent run."""
     report["mlflow_run_id"] = parent
-    report["tracking_uri"] = tracker.uri if tracker.enabled else None
+    report["tracking_uri"] = SECRETS.scrub(tracker.uri) if tracker.enabled else None  # after scrub_in_place
     try:
         render.write_json(report, outdir / "report.json")
-        (outdir / "report.md").write_text(render.to_markdown(report))
+        render.write_text(outdir / "report.md", render.to_markdown(report))
         write_html(report, outdir / "report.html", s.public_dump())
         if json_path:
             render.write_json(report, json_path)

@@ -43,7 +43,7 @@ from reports.metadata import run_metadata
 from reports.tracking import Tracker, TrackingUnavailable, probe_server
 from reports.verdict import reaches, status_of, verdict
 from victims.build import build_victim
-from victims.http.secrets import SECRETS
+from victims.http.secrets import SECRETS, clip
 from victims.models.training import progress_disabled
 
 _ATTACKER, _DEFENDER = 0xA77AC4, 0xDEFE4D  # stream tags: the two sides never share a seed
@@ -87,13 +87,14 @@ def _probe_tracking(uri: str | None) -> None:
 def open_tracker(s: Scenario, tracking_uri: str | None) -> Tracker:
     """The MLflow tracker for this run; BadInput (exit 2) when the store cannot be used."""
     uri = tracking_uri or s.tracking.uri
+    SECRETS.add_url(uri or "")  # a tracking server's user:password never reaches any output
     try:
         return Tracker(uri, s.tracking.experiment, s.tracking.enabled)
     except TrackingUnavailable as exc:
         raise BadInput(f"tracking.uri: {uri}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - any other store failure is a bad tracking setting
         raise BadInput(f"tracking.uri: cannot use MLflow store {uri!r}: "
-                       f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}") from None
+                       f"{type(exc).__name__}: {clip(str(exc).splitlines()[0], 200)}") from None
 
 
 def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Path | None = None,

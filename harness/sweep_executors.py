@@ -16,7 +16,9 @@ from harness.sweep_cell import pin_worker, run_cell
 
 def run_local(tasks: list[dict[str, Any]], jobs: int, threads: int,
               on_done: Callable[[dict[str, Any]], None]) -> list[dict[str, Any]]:
-    """Run tasks in at most `jobs` spawned worker processes; returns results in finishing order."""
+    """Run tasks in at most `jobs` spawned worker processes; returns results in finishing order.
+    At most `jobs` tasks are handed to the pool at a time: none waits in the pool's queue, so a
+    stopped sweep starts no further cell (the pool would run a queued one after the signal)."""
     import multiprocessing as mp
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
@@ -28,8 +30,11 @@ def run_local(tasks: list[dict[str, Any]], jobs: int, threads: int,
                                mp_context=mp.get_context("spawn"),
                                initializer=pin_worker, initargs=(threads,))
     try:
-        pending = {pool.submit(run_cell, t) for t in tasks}
-        while pending:
+        queue = list(tasks)
+        pending: set[Any] = set()
+        while queue or pending:
+            while queue and len(pending) < max(1, jobs):
+                pending.add(pool.submit(run_cell, queue.pop(0)))
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for f in done:
                 r = f.result()

@@ -24,6 +24,7 @@ from jinja2 import Environment, FileSystemLoader
 from markupsafe import Markup, escape
 
 from reports import mitigation
+from reports.outputs import write_output
 from reports.plots import curve_x
 
 IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif",
@@ -273,5 +274,5 @@ def write_html(report: dict[str, Any], path: str | Path, scenario: dict[str, Any
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     figures = sorted(p.parent.glob("*.png"))
-    p.write_text(to_html(report, scenario, figures), encoding="utf-8")
+    write_output(p, to_html(report, scenario, figures))  # renamed over a regular file only
     return p

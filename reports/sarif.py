@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ import yaml
 from reports import mitigation
 from reports.compare import key_metric
 from reports.metadata import leakmeter_version
+from reports.outputs import write_output
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 LEVEL_OF_RISK = {"high": "error", "medium": "warning", "low": "note"}
@@ -213,9 +213,6 @@ def write_sarif(path: str | Path, reports: list[tuple[str | None, dict[str, Any]
                 scenario: dict[str, Any] | None = None, sweep_cells: list[dict[str, Any]] | None = None,
                 category: str | None = None) -> Path:
     """Write the SARIF log as JSON; returns the path."""
-    p = Path(path)
     log = to_sarif(reports, scenario_path, scenario, sweep_cells, category)
-    tmp = p.with_name(p.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(log, indent=2, default=str, allow_nan=False), encoding="utf-8")
-    tmp.replace(p)
-    return p
+    # a temporary file renamed over a regular file only: never a device, never through a link
+    return write_output(path, json.dumps(log, indent=2, default=str, allow_nan=False))

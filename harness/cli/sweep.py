@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from harness.cli.common import (
+    AUTH_ENV,
     THREADS,
     TRUST,
     apply_trust,
@@ -46,32 +47,45 @@ from harness.threads import pin_threads
 @click.option("--fresh", is_flag=True, help="Start a new sweep run instead of resuming a matching one.")
 @click.option("--no-compare", is_flag=True, help="Do not compare the cells at the end.")
 @ci_outputs
+@AUTH_ENV
 @TRUST
 @THREADS
 @guarded
 def sweep(scenario, grid, overrides, seeds, jobs, executor, ray_address, out, tracking_uri, fresh,
-          no_compare, sarif_path, junit_path, trust_model_code, threads) -> None:
+          no_compare, sarif_path, junit_path, auth_env, trust_model_code, threads) -> None:
     """Run SCENARIO over a grid of defense settings; each cell a nested MLflow run; resumable."""
     threads = pin_threads(threads)
     apply_trust(trust_model_code)
-    from harness.scenario import apply_overrides, read_raw
+    from harness.scenario import apply_overrides, choose_auth_env, read_raw
     from harness.sweep import plan_sweep, run_sweep
 
-    check_output_paths(sarif=sarif_path, junit=junit_path)
+    check_output_paths(out, sarif=sarif_path, junit=junit_path)
     if not grid:
         raise BadInput("--grid: give at least one KEY=V1,V2,... to sweep over")
-    raw = apply_overrides(read_raw(scenario), list(overrides))
+    raw = choose_auth_env(apply_overrides(read_raw(scenario), list(overrides)), auth_env, scenario)
     plan = plan_sweep(raw, scenario, list(grid), seeds)
     from harness.scenario.checks import preflight
+    from victims.http.endpoint import read_token
 
     for cell, s in zip(plan.cells, plan.scenarios, strict=True):
         try:
             preflight(s)
+            if s.victim.endpoint is not None:
+                read_token(s.victim.endpoint)  # an allowed, set token variable: before any cell runs
         except BadInput as exc:
             raise BadInput(f"cell {cell.label()}: {exc}") from None
-    res = run_sweep(plan, scenario_path=scenario, tracking_uri=tracking_uri, out=out, jobs=jobs,
-                    threads=threads, executor=executor, ray_address=ray_address, fresh=fresh, echo=click.echo,
-                    trust_model_code=trust_model_code)
+    from harness.interrupts import Interrupted
+
+    try:
+        res = run_sweep(plan, scenario_path=scenario, tracking_uri=tracking_uri, out=out, jobs=jobs,
+                        threads=threads, executor=executor, ray_address=ray_address, fresh=fresh,
+                        echo=click.echo, trust_model_code=trust_model_code, auth_env=auth_env)
+    except Interrupted as exc:  # the cells that ran (killed ones with their partial reports) reach CI
+        part = getattr(exc, "sweep", None)
+        if part is not None and (sarif_path or junit_path):
+            records, _, _ = gather_sweep(part["tracking_uri"], part["sweep_run_id"])
+            _ci_outputs(sarif_path, junit_path, records, part, None, scenario, raw)
+        raise
     click.echo(f"sweep run: {res['sweep_run_id']} ({len(res['results'])} cells run, "
                f"{res['skipped']} skipped)")
     code = 3 if res["errors"] else 0

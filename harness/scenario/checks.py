@@ -5,30 +5,18 @@ are to train on it."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 from harness.errors import BadInput
+from victims.limits import READ_AT_CHECK, check_model_archive, machine_memory  # noqa: F401 (re-exported)
 
 # input features of the bundled datasets
 KNOWN_DIMS = {"digits": 64, "breast_cancer": 30, "diabetes": 10, "fashion_mnist": 784}
 ROWS_PER_PASS = 8192  # rows per forward/backward pass when answering queries (victims/local.py)
 GIB = 1024**3
-READ_AT_CHECK = 256 * 1024**2  # weight files up to this size are read (safely) before the run
 
 
-def machine_memory() -> int:
-    """Bytes of memory this process may use: physical memory, or a smaller cgroup limit."""
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            raw = Path(limit_file).read_text().strip()
-        except OSError:
-            continue
-        if raw.isdigit():
-            total = min(total, int(raw))
-    return total
 
 
 def memory_estimate(s: Any) -> dict[str, float]:
@@ -83,8 +71,8 @@ def check_files(s: Any) -> None:
     if m.arch == "file":
         from victims.models.files import read_tensors, resolve_format
 
-        fmt = resolve_format(m)
-        if fmt in ("state_dict", "safetensors") and Path(m.path).stat().st_size <= READ_AT_CHECK:
+        fmt = resolve_format(m)  # checks the sizes the file declares first (victims/limits.py)
+        if fmt in ("state_dict", "safetensors") and check_model_archive(m.path) <= READ_AT_CHECK:
             read_tensors(Path(m.path), fmt)  # a restricted read: a pickled object is refused now
         if fmt == "onnx" and s.interface.kind != "prediction" and s.victim.endpoint is None:
             raise BadInput(f"interface.kind: {s.interface.kind} needs input gradients or weights, which "

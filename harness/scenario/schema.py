@@ -16,8 +16,10 @@ from harness.scenario.limits import (
     MAX_WIDTH,
     check_path_text,
     check_template,
+    check_template_secrets,
     check_url,
     no_bool_for_numbers,
+    template_has,
 )
 
 Activation = Literal["relu", "tanh", "sigmoid", "softplus", "elu", "leaky_relu"]
@@ -118,7 +120,10 @@ class EndpointSpec(Strict):
     auth_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
     auth_header: str = Field(default="Authorization", pattern=r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,64}$")
     auth_scheme: str = Field(default="Bearer", pattern=r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{0,32}$")
-    timeout_s: float = Field(default=10.0, gt=0, le=3600)
+    timeout_s: float = Field(default=10.0, gt=0, le=3600)  # per socket operation (connect, each read)
+    # a whole request, connect to last byte (null: max(60, 3 × timeout_s)); a trickled answer ends here
+    deadline_s: float | None = Field(default=None, gt=0, le=86400)
+    max_response_mb: float = Field(default=64.0, gt=0, le=4096)  # largest answer read (MiB)
     max_batch: int = Field(default=256, ge=1, le=100_000)
     retries: int = Field(default=3, ge=0, le=20)
     backoff_s: float = Field(default=0.5, ge=0, le=60)
@@ -139,6 +144,7 @@ class EndpointSpec(Strict):
     @field_validator("request_template")
     @classmethod
     def _template(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        check_template_secrets(v)
         return check_template(v)
 
     @model_validator(mode="after")
@@ -149,6 +155,9 @@ class EndpointSpec(Strict):
         if self.auth_env and (p.username is not None or p.password is not None):
             raise ValueError("the url carries user:password@ credentials and auth_env names a token; "
                              "give one of them (URL credentials would replace the token)")
+        if template_has(self.request_template, "$auth") and not self.auth_env:
+            raise ValueError('"$auth" in request_template is filled from the environment variable '
+                             "auth_env names; set auth_env")
         return self
 
 
@@ -330,6 +339,17 @@ class Scenario(Strict):
         return v
 
     @model_validator(mode="after")
+    def _template_explains(self) -> Scenario:
+        """An explanation API over a json template needs somewhere to ask for explanations."""
+        ep = self.victim.endpoint
+        if ep is not None and ep.protocol == "json" and self.interface.kind in ("gradient", "smoothgrad") \
+                and not template_has(ep.request_template or {"inputs": "$inputs"}, "$explain"):
+            raise ValueError(f"victim.endpoint.request_template: the {self.interface.kind} interface needs a "
+                             '"$explain" placeholder in the template (where the request asks for an '
+                             "explanation)")
+        return self
+
+    @model_validator(mode="after")
     def _class_indices(self) -> Scenario:
         """Class indices the interface or defenses name must exist (known datasets)."""
         d = self.victim.data
@@ -351,17 +371,30 @@ class Scenario(Strict):
     def public_dump(self) -> dict[str, Any]:
         """The scenario as plain data, safe to log: credentials and query strings are removed
         from the endpoint URL (tokens never live in the scenario: they come from auth_env)."""
-        data = self.model_dump(mode="json")
-        ep = data["victim"].get("endpoint")
-        if ep and ep.get("url"):
-            ep["url"] = redact_url(ep["url"])
-        return data
+        return public_data(self.model_dump(mode="json"))
 
     def fingerprint(self) -> str:
         """Hash of the settings that make two runs comparable (all but tracking and where
         reference models train, which changes no number)."""
         data = self.model_dump(mode="json", exclude={"tracking", "membership"})
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def public_data(data: dict[str, Any]) -> dict[str, Any]:
+    """Scenario data (validated or raw, e.g. a sweep's base file) safe to log: the endpoint URL
+    without credentials or query, the tracking URI without user:password@. Returns a copy."""
+    import copy
+
+    data = copy.deepcopy(data)
+    victim = data.get("victim") if isinstance(data.get("victim"), dict) else {}
+    ep = victim.get("endpoint")
+    if isinstance(ep, dict) and isinstance(ep.get("url"), str):
+        ep["url"] = redact_url(ep["url"])
+    tracking = data.get("tracking") if isinstance(data.get("tracking"), dict) else {}
+    uri = tracking.get("uri") if isinstance(tracking.get("uri"), str) else ""
+    if "@" in uri.partition("://")[2].split("/", 1)[0]:  # a tracking server's user:password@
+        tracking["uri"] = redact_url(uri)
+    return data
 
 
 def redact_url(url: str) -> str:

@@ -51,14 +51,34 @@ class BlackBoxTruth(Truth):
             self.endpoint.billing_as = None
 
 
+AUTH_PREFIX = "LEAKMETER_"  # the variables a scenario may name in auth_env on its own
+_chosen: set[str] = set()  # variables the person running leakmeter named with --auth-env
+
+
+def allow_auth_env(name: str) -> None:
+    """Allow `name` as the token variable (the command line's --auth-env)."""
+    _chosen.add(name)
+
+
 def read_token(spec: Any) -> str | None:
-    """The auth token from the environment variable `auth_env` names (None without auth)."""
+    """The auth token from the environment variable `auth_env` names (None without auth).
+
+    Scenarios travel between people, and the token is sent to the scenario's URL: a scenario may
+    name only variables starting with LEAKMETER_ (or one the command line chose with
+    --auth-env), never e.g. AWS_SECRET_ACCESS_KEY. BadInput (exit 2, before any request) for
+    any other name, and for a variable that is not set."""
     if not spec.auth_env:
         return None
-    token = os.environ.get(spec.auth_env, "")
+    name = spec.auth_env
+    if not name.startswith(AUTH_PREFIX) and name not in _chosen:
+        raise BadInput(f"victim.endpoint.auth_env: {name} is not a variable a scenario may send: a "
+                       f"scenario names only variables starting with {AUTH_PREFIX} (scenarios travel "
+                       f"between people and the token goes to the scenario's URL); rename it, or choose "
+                       f"it yourself with --auth-env {name}")
+    token = os.environ.get(name, "")
     SECRETS.add(token)
     if not token.strip():
-        raise BadInput(f"victim.endpoint.auth_env: the environment variable {spec.auth_env} is not "
+        raise BadInput(f"victim.endpoint.auth_env: the environment variable {name} is not "
                        "set or empty (it must hold the endpoint's token)")
     return token.strip()
 

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from victims.errors import BadInput
+from victims.limits import READ_AT_CHECK, check_model_archive
 from victims.models.builders import build_model
 
 FORMATS = ("auto", "state_dict", "safetensors", "onnx", "torchscript")
@@ -86,6 +87,7 @@ def resolve_format(spec: Any) -> str:
     if not path.is_file():
         raise BadInput(f"victim.model.path: {path} not found")
     found = sniff(path)
+    check_model_archive(path)  # declared sizes, before anything is read (victims/limits.py)
     fmt = spec.format
     if fmt == "torchscript":
         if not model_code_allowed():
@@ -138,16 +140,58 @@ def load_model_file(spec: Any, input_shape: tuple[int, ...], n_outputs: int) -> 
     floats = [v.dtype for v in state.values() if torch.is_tensor(v) and v.is_floating_point()]
     if floats:
         model = model.to(floats[0])  # keep the file's precision: no float64 → float32 round trip
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as exc:
-        first = str(exc).splitlines()[0]
-        raise BadInput(f"victim.model.spec: does not match {path}: {first}") from None
+    _load_into(model, state, path)
     return model
 
 
-def read_tensors(path: Path, fmt: str) -> dict[str, torch.Tensor]:
-    """A dict of tensors from a state_dict (restricted unpickler) or safetensors file."""
+def check_model_file(spec: Any, input_shape: tuple[int, ...], n_outputs: int) -> nn.Module:
+    """What `load_model_file` would refuse, checked without running code: the format, the weights
+    against `spec` (keys and shapes) and their finiteness. A file declaring more than READ_AT_CHECK
+    is mapped, not read (shapes only: its values are checked when the run loads it); TorchScript
+    is not loaded (loading runs its code). Returns the model (meta-device weights when mapped)."""
+    path = Path(spec.path)
+    fmt = resolve_format(spec)
+    if fmt == "torchscript":
+        return nn.Module()
+    if fmt == "onnx":
+        return OnnxModel(path, input_shape)
+    big = check_model_archive(path) > READ_AT_CHECK
+    if fmt == "safetensors" and big:
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as f:
+            state = {k: torch.empty(f.get_slice(k).get_shape(), device="meta") for k in f.keys()}
+    else:
+        state = read_tensors(path, fmt, mmap=big)
+    model = build_model(spec.spec, input_shape, n_outputs)
+    _load_into(model, state, path, assign=big)
+    return model
+
+
+def _load_into(model: nn.Module, state: dict[str, torch.Tensor], path: Path, assign: bool = False) -> None:
+    try:
+        model.load_state_dict(state, assign=assign)
+    except RuntimeError as exc:  # "Error(s) in loading state_dict for MLP:" then one line per problem
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        detail = lines[1] if len(lines) > 1 else (lines[0] if lines else "")
+        raise BadInput(f"victim.model.spec: does not match {path}: {detail[:300]}") from None
+
+
+def read_tensors(path: Path, fmt: str, mmap: bool = False) -> dict[str, torch.Tensor]:
+    """A dict of tensors from a state_dict (restricted unpickler) or safetensors file; BadInput
+    when a floating-point tensor holds NaN or infinite values (no attack or scorer can use them).
+    `mmap`: map the data instead of reading it (shapes only; values are not checked)."""
+    state = _read_tensors(path, fmt, mmap)
+    if not mmap:
+        for name, t in state.items():
+            if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                bad = int((~torch.isfinite(t)).sum())
+                raise BadInput(f"victim.model.path: {path}: tensor {name!r} holds {bad} NaN or infinite "
+                               "value(s); allowed: finite weights")
+    return state
+
+
+def _read_tensors(path: Path, fmt: str, mmap: bool) -> dict[str, torch.Tensor]:
     if fmt == "safetensors":
         from safetensors import SafetensorError
         from safetensors.torch import load_file
@@ -160,7 +204,7 @@ def read_tensors(path: Path, fmt: str) -> dict[str, torch.Tensor]:
     try:
         with warnings.catch_warnings():  # torch warns about pickle protocols: our one line says it all
             warnings.simplefilter("ignore")
-            state = torch.load(str(path), map_location="cpu", weights_only=True)
+            state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as exc:  # noqa: BLE001 - e.g. UnpicklingError on a pickled object
         raise BadInput(f"victim.model.path: {path} is not a weights-only state_dict: it holds "
                        f"something other than tensors ({type(exc).__name__}); nothing was run") from None

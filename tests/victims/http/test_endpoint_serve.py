@@ -190,11 +190,11 @@ def test_cli_serve_and_scan_never_reveal_the_token(tmp_path, monkeypatch, tracki
     uri = tracking_uri
     try:
         scan_file = _write(tmp_path / "scan.yaml", with_endpoint(
-            spec, f"http://127.0.0.1:{port}/invocations", auth_env="LM_TOKEN"))
-        monkeypatch.setenv("LM_TOKEN", TOKEN)
+            spec, f"http://127.0.0.1:{port}/invocations", auth_env="LEAKMETER_T_TOKEN"))
+        monkeypatch.setenv("LEAKMETER_T_TOKEN", TOKEN)
         ok = CliRunner().invoke(main, ["scan", str(scan_file), "--tracking-uri", uri,
                                        "--out", str(tmp_path / "out"), "--json", "r.json"])
-        monkeypatch.setenv("LM_TOKEN", TOKEN[::-1])  # a wrong token: 401 at start → exit 2
+        monkeypatch.setenv("LEAKMETER_T_TOKEN", TOKEN[::-1])  # a wrong token: 401 at start → exit 2
         bad = CliRunner().invoke(main, ["scan", str(scan_file), "--tracking-uri", uri])
     finally:
         proc.terminate()
