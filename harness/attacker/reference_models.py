@@ -78,6 +78,8 @@ def balanced_keep(k: int, n: int, row: int, gen: torch.Generator) -> torch.Tenso
     a long and a short row, which keeps every column's count."""
     if not 0 <= row <= n:
         raise ValueError(f"balanced_keep: row {row} outside 0..{n}")
+    if n == 0:  # no points (e.g. no attacker pool): nothing to assign
+        return torch.zeros(k, 0, dtype=torch.bool)
     total = k * row
     base, extra = divmod(total, n)
     counts = base + (torch.randperm(n, generator=gen) < extra).long()  # per-column IN counts
