@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from harness.progress import sub_bar
 from victims.local import LocalBackend
 from victims.models.files import model_for
 from victims.models.training import train
@@ -94,7 +95,7 @@ class Recipe:
         if self.task == "regression":
             y = y.to(self.dtype)
         torch.manual_seed(seed + 104729)
-        rec = train(model, x, y, self.task, self.training, self.dp, seed)
+        rec = train(model, x, y, self.task, self.training, self.dp, seed, bar=None)
         model.eval()
         for p in model.parameters():
             p.requires_grad_(False)
@@ -207,13 +208,16 @@ class InformedKnowledge:
         recipe = self.recipe
         views, gnorms = [], []
         secret = int(rng.integers(1 << 30))
+        bar = sub_bar("training the released models", n_targets)
         for t in range(n_targets):
             model = recipe.train(torch.cat([x_minus, tx[t : t + 1]]),
                                  torch.cat([y_minus, ty[t : t + 1]]), seed=secret + t)
+            bar.update(1)
             if getattr(model, "grad_norm", None) is not None:
                 gnorms.append(float(model.grad_norm))
             backend = LocalBackend(model, info.task, info.n_classes, self.s.interface, dev, dt)
             views.append(self.oracle.sibling(backend, self.s.seed + 31 * t).view(self.attack))
+        bar.close()
         x_aux = as_x(data.x_pool)
         y_aux = as_y(data.y_pool)
         self.truth = InformedTruth(tx, ty, choice if candidates > 1 else None,

@@ -75,7 +75,7 @@ def test_signal_mid_attack_kills_the_run_and_writes_the_partial_report(tmp_path,
                             cwd=tmp_path)
     errs = _Lines(proc.stderr)
     try:
-        errs.wait_for(proc, "attack 1/1: kkt", timeout=240)
+        errs.wait_for(proc, "attack 1/1 kkt: running", timeout=240)
         time.sleep(1.5)  # well inside the attack
         t0 = time.monotonic()
         proc.send_signal(sig)
