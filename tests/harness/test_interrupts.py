@@ -97,6 +97,7 @@ def test_signal_mid_attack_kills_the_run_and_writes_the_partial_report(tmp_path,
     client = MlflowClient(tracking_uri)
     parent = client.get_run(rep["mlflow_run_id"])
     assert parent.info.status == "KILLED" and parent.data.tags["verdict"] == "error"
+    assert parent.data.metrics["verdict_code"] == 2
     exp = client.get_experiment_by_name("sig")
     runs = client.search_runs([exp.experiment_id])
     assert runs and all(r.info.status == "KILLED" for r in runs)  # the nested kkt run too

@@ -121,6 +121,28 @@ def test_compare_experiment_handles_list_valued_settings(two_runs):
     assert {c["label"] for c in cmp["cells"]} == {"hidden=[16]", "hidden=[8]"}
 
 
+def test_compare_experiment_fits_the_terminal_and_leaves_the_experiment_alone(two_runs, monkeypatch):
+    """The terminal table is as wide as the terminal (80 columns here) and names the cells; the
+    user's experiment gets no 'compare' run unless --log-run asks for one."""
+    from mlflow.tracking import MlflowClient
+
+    tmp, uri = two_runs["tmp"], two_runs["uri"]
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("widths")
+    kinds = lambda: [r.data.tags.get("leakmeter.kind") for r in client.search_runs([exp.experiment_id])]  # noqa: E731
+    before = kinds()
+    monkeypatch.setenv("COLUMNS", "80")
+    res = leakmeter("compare", "--experiment", "widths", "--tracking-uri", uri, "--out", str(tmp / "c80"))
+    assert res.exit_code in (0, 1), res.output + res.stderr
+    table = res.output.split("comparison:")[0]
+    assert max(len(ln) for ln in table.splitlines()) <= 80, table
+    assert "hidden=[16]" in table.replace("\n", "") and "not logged to MLflow" in res.output
+    assert kinds() == before  # nothing added to the user's experiment
+    res = leakmeter("compare", "--experiment", "widths", "--tracking-uri", uri, "--out", str(tmp / "c2"),
+                    "--log-run")
+    assert res.exit_code in (0, 1) and kinds().count("compare") == before.count("compare") + 1
+
+
 def test_mlflow_curve_starts_where_the_attack_started(two_runs):
     """The surrogate's fidelity curve in MLflow is the curve of the report, point for point: no
     extra step 0 holding the final value."""
