@@ -92,7 +92,7 @@ def open_tracker(s: Scenario, tracking_uri: str | None) -> Tracker:
         raise BadInput(f"tracking.uri: {uri}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - any other store failure is a bad tracking setting
         raise BadInput(f"tracking.uri: cannot use MLflow store {uri!r}: "
-                       f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}") from None
+                       f"{type(exc).__name__}: {' '.join(str(exc).split())}") from None
 
 
 def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Path | None = None,
