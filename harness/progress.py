@@ -20,6 +20,14 @@ from tqdm.auto import tqdm
 from victims.models.training import progress_disabled
 
 _current: RunProgress | None = None
+_cell: str = ""  # a sweep cell's label: its runs' lines say which cell, and draw no bars
+
+
+def sweep_cell(label: str) -> None:
+    """Runs in this process belong to sweep cell `label` (worker processes run several at once:
+    their stage lines carry the label, and no bars are drawn)."""
+    global _cell
+    _cell = label
 
 
 def stage(text: str) -> None:
@@ -56,7 +64,8 @@ class RunProgress:
         _current = self._outer
 
     def stage(self, text: str) -> None:
-        line = f"leakmeter: [{time.perf_counter() - self.t0:6.1f} s] {self.prefix}{text}"
+        cell = f"[{_cell}] " if _cell else ""
+        line = f"leakmeter: [{time.perf_counter() - self.t0:6.1f} s] {cell}{self.prefix}{text}"
         if self.bar is not None and not self.bar.hidden:
             tqdm.write(line, file=sys.stderr)  # above the live bar, which redraws below it
         else:
@@ -93,7 +102,7 @@ class AttackBar:
 
     def __init__(self, label: str, budget: int | None) -> None:
         self.label, self.budget, self.queries = label, budget, 0
-        self.hidden = progress_disabled()
+        self.hidden = progress_disabled() or bool(_cell)
         self.own = False  # showing the attack's own progress, queries as a suffix
         self.tq = tqdm(total=budget, desc=label, unit="q", leave=False, disable=self.hidden,
                        dynamic_ncols=True)
