@@ -13,6 +13,7 @@ from harness.scenario import Scenario, flatten
 from reports import render
 from reports.html import write_html
 from reports.tracking import Tracker
+from reports.verdict import VERDICT_CODES
 from victims.http.secrets import SECRETS
 
 
@@ -67,6 +68,8 @@ def summary_metrics(report: dict[str, Any]) -> dict[str, float]:
     metrics = {f"victim_{k}": v for k, v in report["victim"].items()
                if isinstance(v, int | float) and not isinstance(v, bool)}
     metrics["queries_total"] = report.get("queries_total", 0)
+    if report.get("verdict") in VERDICT_CODES:  # the tag as a number, for charts and comparisons
+        metrics["verdict_code"] = VERDICT_CODES[report["verdict"]]
     if report.get("privacy"):
         metrics["dp_epsilon"] = report["privacy"]["epsilon"]
     for a in report["attacks"]:

@@ -22,7 +22,6 @@ import numpy as np
 import torch
 import yaml
 from pydantic import ValidationError
-from tqdm.auto import tqdm
 
 from defenses.output import OutputDefenses
 from harness.attacker.informed import InformedKnowledge
@@ -35,6 +34,7 @@ from harness.errors import AttackFailed, AttackSkipped, BadInput, InterfaceError
 from harness.interrupts import Interrupted, deferred
 from harness.oracle import OFFERS, Oracle
 from harness.output import WarningsCapture, prune_empty
+from harness.progress import RunProgress, stage, sub_bar
 from harness.rero.product import rero_section
 from harness.run_outputs import finish, log_attack, log_scenario
 from harness.scenario import Scenario
@@ -44,7 +44,6 @@ from reports.tracking import Tracker, TrackingUnavailable, probe_server
 from reports.verdict import reaches, status_of, verdict
 from victims.build import build_victim
 from victims.http.secrets import SECRETS, clip
-from victims.models.training import progress_disabled
 
 _ATTACKER, _DEFENDER = 0xA77AC4, 0xDEFE4D  # stream tags: the two sides never share a seed
 
@@ -94,7 +93,7 @@ def open_tracker(s: Scenario, tracking_uri: str | None) -> Tracker:
         raise BadInput(f"tracking.uri: {uri}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - any other store failure is a bad tracking setting
         raise BadInput(f"tracking.uri: cannot use MLflow store {uri!r}: "
-                       f"{type(exc).__name__}: {clip(str(exc).splitlines()[0], 200)}") from None
+                       f"{type(exc).__name__}: {clip(' '.join(str(exc).split()), 1000)}") from None
 
 
 def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Path | None = None,
@@ -102,6 +101,12 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
                  victim=None, extra_tags: dict[str, str] | None = None) -> dict[str, Any]:
     """Run every planned attack against the scenario's deployment; returns the report.
     Raises BadInput before anything runs, and re-raises Interrupted after the partial report."""
+    with RunProgress() as live:  # stage lines with the run's clock, one live bar per attack
+        return _run_scenario(s, live, tracking_uri, out, json_path, source, victim, extra_tags)
+
+
+def _run_scenario(s: Scenario, live: RunProgress, tracking_uri, out, json_path, source, victim,
+                  extra_tags) -> dict[str, Any]:
     started = datetime.now(UTC)
     t0 = time.perf_counter()
     torch.manual_seed(s.seed)
@@ -114,8 +119,10 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
     caught = WarningsCapture().start()  # third-party warnings go to the report, not the terminal
     try:
         if victim is None:
+            stage(f"{s.name}: " + ("checking the endpoint" if s.victim.endpoint else "loading the model file"
+                                   if s.victim.model.arch == "file" else "training the victim"))
             victim = build_victim(s)
-            _stage(f"{s.name}: victim ready ({_utility_line(victim)})")
+            stage(f"{s.name}: victim ready ({_utility_line(victim)})")
         if victim.info.interface not in OFFERS:
             raise BadInput(f"interface.kind: {victim.info.interface} is not supported")
     except BaseException:
@@ -127,28 +134,30 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
     outdir = Path(out) if out else Path("leakmeter-out") / f"{s.name}-{report['started']}"
     outdir.mkdir(parents=True, exist_ok=True)
     report["outdir"] = str(outdir)
-    bar = tqdm(total=s.defenses.query_budget, desc="queries", unit="q", disable=progress_disabled())
-    oracle.progress = bar.update
+    oracle.progress = live.queries
     stop: Interrupted | None = None
     parent = tracker.start(s.name, {"leakmeter.scenario": s.name,
                                     "leakmeter.fingerprint": s.fingerprint(), **(extra_tags or {})})
     try:
         log_scenario(tracker, parent, s, source)
         for i, planned in enumerate(plan, 1):
-            _stage(f"{s.name}: attack {i}/{len(plan)}: {planned.attack.name}")
+            live.start_attack(f"attack {i}/{len(plan)} {planned.attack.name}", s.defenses.query_budget,
+                              announce=not planned.attack.skip_reason(victim.info))
             entry = new_entry(planned)
             report["attacks"].append(entry)  # kept even if an interrupt cuts the attack short
             run_attack(planned, oracle, victim, s, outdir, tracker, parent, entry)
+            live.end_attack(_outcome(entry))
         cls = budget_check(report["attacks"], s)
         if cls is not None:  # a budget stop needs the cheapest attack under the same budget
-            _stage(f"{s.name}: budget check: surrogate under the same query budget")
+            live.start_attack("budget check surrogate", s.defenses.query_budget)
             check = Planned(cls(), cls.Params())
             entry = new_entry(check)
             entry["added_by"] = "budget check"
             report["attacks"].append(entry)
             run_attack(check, oracle, victim, s, outdir, tracker, parent, entry)
+            live.end_attack(_outcome(entry))
         settle_budget_stops(report["attacks"], s.policy.fail_on, s.defenses.query_budget)
-        _stage(f"{s.name}: ReRo bounds")
+        stage("ReRo bounds")
         report["rero"] = rero_section(s, victim, report["attacks"], outdir)
     except Interrupted as exc:
         stop = exc
@@ -156,7 +165,7 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
     except Exception as exc:  # noqa: BLE001 - the run crashed: keep what was measured
         report["error"] = f"{type(exc).__name__}: {exc}"
     finally:
-        bar.close()
+        live.end_attack()
         close_executors()  # a Ray started for this run's reference models
         with deferred():
             _judge(report, s, oracle)
@@ -181,10 +190,13 @@ def _utility_line(victim) -> str:
     return f"{u}; {victim.record.get('parameters', '?')} parameters"
 
 
-def _stage(line: str) -> None:
-    """One line per stage where no progress bar shows (CI logs, cron): silence reads as a hang."""
-    if progress_disabled():
-        print(f"leakmeter: {line}", file=sys.stderr, flush=True)
+def _outcome(entry: dict[str, Any]) -> str:
+    """How an attack ended, for its closing stage line."""
+    if entry["status"] == "skipped":
+        return f"skipped ({entry['reason']})"
+    status = entry["status"] + (f"/{entry['stopped_by']}" if entry.get("stopped_by") else "")
+    risk = f", risk {entry['risk']}" if entry.get("risk") else ""
+    return f"{status}{risk}, {entry.get('queries', 0)} queries"
 
 
 def _new_report(s: Scenario, victim, oracle: Oracle, started: datetime) -> dict[str, Any]:
@@ -274,13 +286,6 @@ def _attacker_section(s: Scenario, victim) -> dict[str, Any]:
             "seed": "declared" if s.attacker.seed is not None else "drawn apart from the defender's"}
 
 
-def _progress_factory():
-    def make(desc: str, total: int | None):
-        return tqdm(total=total, desc=desc, disable=progress_disabled(), leave=False)
-
-    return make
-
-
 def run_attack(planned: Planned, oracle: Oracle, victim, s: Scenario, outdir: Path,
                tracker: Tracker, parent: str | None, entry: dict[str, Any] | None = None
                ) -> dict[str, Any]:
@@ -322,7 +327,7 @@ def attack_context(s: Scenario, victim, oracle: Oracle, atk: Attack, outdir: Pat
     seed, secret = attack_seeds(threat.seed, s.seed, atk.name)
     ctx = RunContext(seed=seed, rng=np.random.default_rng(seed),
                      gen=torch.Generator(device="cpu").manual_seed(seed),
-                     device=victim.info.device, outdir=outdir, progress=_progress_factory(),
+                     device=victim.info.device, outdir=outdir, progress=sub_bar,
                      threat=threat)
     provider = _knowledge(s, victim, oracle, atk.name, seed, secret, atk.family)
     ctx.knowledge = provider.access() if provider is not None else None

@@ -34,7 +34,9 @@ def run_cell(task: dict[str, Any]) -> dict[str, Any]:
     pin_worker(task.get("threads", 1))
     t0 = time.perf_counter()
     from harness.interrupts import Interrupted, handle_signals
+    from harness.progress import sweep_cell
 
+    sweep_cell(task["cell_label"])  # stage lines say which cell; no bars from many processes
     try:
         with handle_signals():  # SIGTERM/SIGINT: the cell's runs end KILLED, its report written
             return _run_cell(task, t0)
@@ -42,6 +44,8 @@ def run_cell(task: dict[str, Any]) -> dict[str, Any]:
         _stopped.append(exc.name)
         return {"cell_key": task["cell_key"], "label": task["cell_label"],
                 "error": f"interrupted by {exc.name}", "interrupted": exc.name}
+    finally:
+        sweep_cell("")
 
 
 def _run_cell(task: dict[str, Any], t0: float) -> dict[str, Any]:

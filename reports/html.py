@@ -114,6 +114,12 @@ def verdict_sentence(report: dict[str, Any]) -> tuple[str, str]:
     return cls, f"{word} — {text}"
 
 
+def _more(items: list[Any], shown: int = 3) -> str:
+    """"; and N more (see the table below)" when a quote shows only the first `shown` items."""
+    n = len(items) - shown
+    return f"; and {n} more (see the table below)" if n > 0 else ""
+
+
 def verdict_parts(report: dict[str, Any]) -> tuple[str, str, str]:
     """(css class, VERDICT WORD, what it means here) per the contract's outcomes."""
     fail_on = (report.get("policy") or {}).get("fail_on", "high")
@@ -125,7 +131,7 @@ def verdict_parts(report: dict[str, Any]) -> tuple[str, str, str]:
         levels = ("low", "medium", "high")
         bar = levels.index(fail_on) if fail_on in levels else len(levels)
         worst = [a for a in attacks if a.get("risk") in levels and levels.index(a["risk"]) >= bar]
-        why = "; ".join(f"{a['name']}: {a.get('reason', '')}" for a in worst[:3])
+        why = "; ".join(f"{a['name']}: {a.get('reason', '')}" for a in worst[:3]) + _more(worst)
         text = (f"this deployment leaks. {len(worst)} attack(s) reached {fail_on} risk or above "
                 f"(the policy fails at {fail_on}). {why}").strip()
         if report.get("rero_violations"):
@@ -146,7 +152,7 @@ def verdict_parts(report: dict[str, Any]) -> tuple[str, str, str]:
             text = f"no risk was shown, but that is not evidence of safety, so this is not a pass: {reason}."
         elif unfinished:
             how = "; ".join(f"{a['name']} ({a.get('stopped_by') or 'stopped'}: {a.get('reason', '')})"
-                            for a in unfinished[:3])
+                            for a in unfinished[:3]) + _more(unfinished)
             text = (f"no attack showed {fail_on} risk, but {len(unfinished)} requested attack(s) could "
                     f"not finish, so this is not a pass. {how}")
         else:

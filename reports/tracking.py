@@ -87,23 +87,20 @@ def _sqlite_path(uri: str) -> Path | None:
 
 @contextlib.contextmanager
 def _store_lock(uri: str) -> Iterator[None]:
-    """An exclusive file lock beside an embedded SQLite store (no-op for other stores)."""
+    """An exclusive file lock beside an embedded SQLite store, on every platform (filelock);
+    a no-op for other stores. Also quiets MLflow's INFO lines about creating a fresh schema."""
     db = _sqlite_path(uri)
     if db is None:
         yield
         return
-    try:
-        import fcntl
-    except ImportError:  # no POSIX locks: rely on the retries alone
-        yield
-        return
+    import logging
+
+    from filelock import FileLock
+
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
     db.parent.mkdir(parents=True, exist_ok=True)
-    with open(db.with_name(db.name + ".lock"), "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with FileLock(str(db.with_name(db.name + ".lock"))):
+        yield
 
 
 def probe_server(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:

@@ -22,6 +22,8 @@ LEVELS = ("low", "medium", "high")
 STATUSES = ("ok", "incomplete", "skipped", "error")
 VERDICTS = ("pass", "fail", "inconclusive", "error")
 EXIT_CODES = {"pass": 0, "fail": 1, "error": 3, "inconclusive": 4}
+# the verdict as a number that orders runs by the contract's precedence (MLflow metric verdict_code)
+VERDICT_CODES = {"pass": 0, "inconclusive": 1, "error": 2, "fail": 3}
 
 
 def worst(risks: list[str | None]) -> str | None:

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from harness.errors import AttackFailed
+from harness.progress import stage
 
 # reference models shared by the attacks of one run: {id(truth): {key: ReferenceSet}}
 _SHARED: dict[int, dict[Any, Any]] = {}
@@ -198,7 +199,8 @@ class MembershipKnowledge:
         model = recipe.build()  # the victim's own initialisation, as for the deployed model
         torch.manual_seed(secret + 104729)
         y_fit = yt.to(dt) if info.task == "regression" else yt
-        rec = train(model, xt, y_fit, info.task, recipe.training, recipe.dp, secret)
+        stage(f"training the canary model (one-run audit, {m} canaries)")
+        rec = train(model, xt, y_fit, info.task, recipe.training, recipe.dp, secret, bar=None)
         model.eval()
         for p in model.parameters():
             p.requires_grad_(False)

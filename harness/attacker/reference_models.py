@@ -33,6 +33,7 @@ import torch
 
 from harness.attacker.signals import phi_from_logits
 from harness.attacker.stacked_training import stackable, train_stacked
+from harness.progress import stage
 
 SHIFTS = ((0, 0), (0, 1), (0, -1), (1, 0), (-1, 0))  # (dy, dx) pixel shifts for `augment: shift`
 POOL_SHARE = 0.75  # `pool` design: a model trains on at most this share of the pool
@@ -78,6 +79,8 @@ def balanced_keep(k: int, n: int, row: int, gen: torch.Generator) -> torch.Tenso
     a long and a short row, which keeps every column's count."""
     if not 0 <= row <= n:
         raise ValueError(f"balanced_keep: row {row} outside 0..{n}")
+    if n == 0:  # no points (e.g. no attacker pool): nothing to assign
+        return torch.zeros(k, 0, dtype=torch.bool)
     total = k * row
     base, extra = divmod(total, n)
     counts = base + (torch.randperm(n, generator=gen) < extra).long()  # per-column IN counts
@@ -177,6 +180,7 @@ def train_reference_set(recipe: Any, ev: Any, k: int, design: str, seed: int, kn
     gen = torch.Generator().manual_seed(seed)
     train_size = int(getattr(ev, "train_size", 0) or n_eval // 2)
     keep_eval, keep_pool = layout(design, k, n_eval, n_pool, train_size, gen)
+    stage(f"training {k} reference models ({design} design)")
     x = torch.cat([ev.x, ev.x_pool]) if n_pool else ev.x
     y = torch.cat([ev.y, ev.y_pool.to(ev.y.device)]) if n_pool else ev.y
     keep = torch.cat([keep_eval, keep_pool], 1)

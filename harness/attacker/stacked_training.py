@@ -154,7 +154,8 @@ def _sgd(model, params, names, out, crit, x, y, idx, seed, t):
         pen = sum(is_w[m] * (p[m] ** 2).sum() for m in names) if wd else 0.0
         return crit(out(p, xb), yb) + 0.5 * wd * pen
 
-    step_grad = vmap(grad(loss))
+    layers = ghost_layers(model)
+    step_grad = vmap(grad(loss)) if layers is None else _mlp_grads(layers, names, crit, wd, is_w)
 
     def step(rows):
         g = step_grad(params, x[rows], y[rows])
@@ -175,6 +176,32 @@ def _sgd(model, params, names, out, crit, x, y, idx, seed, t):
         for i in range(0, n, bs):
             step(idx.gather(1, perm[:, i : i + bs]))
     return params
+
+
+def _mlp_grads(layers, names, crit, wd, is_w):
+    """What vmap(grad(loss)) computes for K stacked MLPs (Linear layers and elementwise
+    activations), from one batched forward (bmm) and one backward of the sum of the K models'
+    losses (each model's gradient is its own loss's: the models share nothing). Several times
+    faster than vmap on small layers, where its per-call overhead dominates."""
+    def grads(params, xb, yb):
+        p = {m: params[m].detach().requires_grad_(True) for m in names}
+        with torch.enable_grad():
+            a = xb
+            for item in layers:
+                if isinstance(item, str):
+                    b = p.get(f"{item}.bias")
+                    a = torch.bmm(a, p[f"{item}.weight"].transpose(1, 2))
+                    a = a + b[:, None, :] if b is not None else a
+                else:
+                    a = item(a)
+            k, n = yb.shape[:2]
+            total = crit(a.reshape(k * n, -1), yb.reshape(k * n)) * k  # Σ_k of model k's mean loss
+            if wd:
+                total = total + 0.5 * wd * sum(is_w[m] * (p[m] ** 2).sum() for m in names)
+            g = torch.autograd.grad(total, [p[m] for m in names])
+        return dict(zip(names, g, strict=True))
+
+    return grads
 
 
 def _dp_sgd(model, params, names, out, crit, x, y, idx, seed, recipe, sizes=None):

@@ -139,4 +139,11 @@ def print_summary(report: dict) -> None:
     """Attack lines, the verdict, and where the report went."""
     print_attacks(report)
     print_verdict(report)
-    click.echo(f"report: {report.get('outdir')}/report.json; mlflow run: {report.get('mlflow_run_id')}")
+    click.echo(where_line(report))
+
+
+def where_line(report: dict) -> str:
+    """Where the report went, and its MLflow run (or that tracking was off)."""
+    run = report.get("mlflow_run_id")
+    return (f"report: {report.get('outdir')}/report.json; "
+            + (f"mlflow run: {run}" if run else "mlflow: off (no tracking)"))

@@ -103,10 +103,10 @@ def _files_exist(s) -> None:
 @click.command()
 def attacks() -> None:
     """List the registered attacks: name, family, interfaces, paper section."""
-    from harness.attacks import registry
+    from harness.attack_catalog import catalog  # the attacks' declarations, without importing torch
 
-    rows = [(c.name, c.family, ",".join(sorted(c.needs)), c.paper, c.summary)
-            for c in registry().values()]
+    rows = [(c["name"], c["family"], ",".join(c["needs"]), c["paper"], c["summary"])
+            for c in catalog().values()]
     w = [max(len(r[i]) for r in rows + [("name", "family", "needs", "paper", "")]) for i in range(4)]
     click.echo(f"{'name':<{w[0]}}  {'family':<{w[1]}}  {'needs':<{w[2]}}  {'paper':<{w[3]}}  summary")
     for r in rows:

@@ -18,6 +18,7 @@ from harness.cli.common import (
     guarded,
     print_attacks,
     print_verdict,
+    where_line,
     write_ci_outputs,
 )
 from harness.threads import pin_threads
@@ -81,7 +82,7 @@ def scan(scenario, overrides, baseline, tolerances, json_path, out, tracking_uri
         click.echo("REGRESSION: leakage rose beyond tolerance" if res["regressed"]
                    else "no regression")
     print_verdict(report)
-    click.echo(f"report: {report.get('outdir')}/report.json; mlflow run: {report.get('mlflow_run_id')}")
+    click.echo(where_line(report))
     write_ci_outputs(sarif_path, junit_path, [(None, report)], scenario, s.public_dump())
     code = res["exit"]
     if fail_on_verdict and code == 0 and report.get("verdict") == "fail":

@@ -122,9 +122,12 @@ def _ci_outputs(sarif_path, junit_path, records, res, cmp, scenario, raw) -> Non
 
 
 def _terminal(cmp: dict) -> str:
-    from reports.compare import to_table
+    """The comparison as wide as this terminal (rich wraps and picks the columns)."""
+    import shutil
 
-    return to_table(cmp).rstrip("\n")
+    from reports.compare import to_terminal
+
+    return to_terminal(cmp, shutil.get_terminal_size((100, 24)).columns).rstrip("\n")
 
 
 @click.command()
@@ -136,9 +139,11 @@ def _terminal(cmp: dict) -> str:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),
               help="Also write the comparison JSON here.")
 @click.option("--markdown", "md_path", type=click.Path(dir_okay=False), help="Also write the Markdown here.")
+@click.option("--log-run", is_flag=True, help="With --experiment: also log the comparison as a 'compare' "
+              "run in that experiment (by default it only writes files).")
 @THREADS
 @guarded
-def compare(sweep_run_id, experiment, runs, tracking_uri, out, json_path, md_path, threads) -> None:
+def compare(sweep_run_id, experiment, runs, tracking_uri, out, json_path, md_path, log_run, threads) -> None:
     """Compare the cells of a sweep (or an experiment's runs): table, Pareto front, recommended setting."""
     pin_threads(threads)
     from reports.tracking import default_uri
@@ -153,7 +158,8 @@ def compare(sweep_run_id, experiment, runs, tracking_uri, out, json_path, md_pat
         exp_id, log_to, tag = None, sweep_run_id, ""
     else:
         records, curves, exp = gather_experiment(uri, experiment, list(runs))
-        exp_id, log_to, tag = exp.experiment_id, None, ",".join(r["run_id"] for r in records)
+        exp_id = exp.experiment_id if log_run else None  # the user's experiment: only when asked
+        log_to, tag = None, ",".join(r["run_id"] for r in records)
     if not records:
         raise BadInput(f"{sweep_run_id}: the sweep has no finished cell with a report yet")
     outdir = Path(out) if out else Path("leakmeter-out") / f"compare-{sweep_run_id or experiment}"
@@ -166,5 +172,5 @@ def compare(sweep_run_id, experiment, runs, tracking_uri, out, json_path, md_pat
         Path(md_path).write_text(to_markdown(cmp))
     click.echo(_terminal(cmp))
     click.echo(f"comparison: {files[0]} (+ Markdown, {len(files) - 3} plot(s)); "
-               f"logged to MLflow run {run_id}")
+               + (f"logged to MLflow run {run_id}" if run_id else "not logged to MLflow (--log-run)"))
     sys.exit(0 if cmp["recommended"] else 1)

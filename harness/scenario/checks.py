@@ -74,6 +74,8 @@ def check_files(s: Any) -> None:
         fmt = resolve_format(m)  # checks the sizes the file declares first (victims/limits.py)
         if fmt in ("state_dict", "safetensors") and check_model_archive(m.path) <= READ_AT_CHECK:
             read_tensors(Path(m.path), fmt)  # a restricted read: a pickled object is refused now
+            if s.victim.endpoint is None and d.dataset not in ("fashion_mnist", "idx", "gaussian"):
+                _spec_fits(s)  # `validate` must not pass a spec that `run` cannot load
         if fmt == "onnx" and s.interface.kind != "prediction" and s.victim.endpoint is None:
             raise BadInput(f"interface.kind: {s.interface.kind} needs input gradients or weights, which "
                            "an ONNX model does not give; allowed with ONNX: prediction")
@@ -83,6 +85,16 @@ def check_files(s: Any) -> None:
         check_npz(d.path)
     if d.dataset == "idx" and not Path(d.path).is_dir():
         raise BadInput(f"victim.data.path: {d.path} is not a folder of IDX files")
+
+
+def _spec_fits(s: Any) -> None:
+    """BadInput (the loader's whole message) when the file's weights do not fit victim.model.spec
+    with the data's input and output widths (small data sets only: it reads them)."""
+    from victims.data.datasets import load_dataset
+    from victims.models.files import load_model_file
+
+    data = load_dataset(s.victim.data, s.seed)
+    load_model_file(s.victim.model, data.input_shape, data.n_outputs)
 
 
 def check_startup_budget(s: Any) -> None:

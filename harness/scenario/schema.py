@@ -77,7 +77,9 @@ class DataSpec(Strict):
     classes: list[Annotated[int, Field(ge=0, le=100_000)]] | None = Field(default=None,
                                                                           max_length=100_000)
     labels: Literal["victim", "teacher"] = "teacher"
-    standardize: Literal["none", "standard", "minmax", "center", "minmax_center"] = "standard"
+    # null: `none` for a user's model file (its inputs as they are), `standard` for a model
+    # leakmeter trains (resolved by Scenario)
+    standardize: Literal["none", "standard", "minmax", "center", "minmax_center"] | None = None
 
     @field_validator("path")
     @classmethod
@@ -298,6 +300,9 @@ class MembershipSpec(Strict):
         return self
 
 
+SECTIONS = ("victim", "interface", "defenses", "policy", "tracking", "rero", "attacker", "membership")
+
+
 class Scenario(Strict):
     name: str = Field(max_length=100)
     seed: int = Field(default=0, ge=0, le=2**31 - 1)  # numpy and torch seeds are derived from it
@@ -311,6 +316,28 @@ class Scenario(Strict):
     rero: ReroSpec = Field(default_factory=ReroSpec)
     attacker: AttackerSpec = Field(default_factory=AttackerSpec)
     membership: MembershipSpec = Field(default_factory=MembershipSpec)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_sections(cls, data: Any) -> Any:
+        """A section whose keys are all commented out (`defenses:` alone reads as null) is the
+        section with its defaults."""
+        if isinstance(data, dict):
+            data = {k: v for k, v in data.items()
+                    if not (v is None and k in SECTIONS)}
+            vic = data.get("victim")
+            if isinstance(vic, dict):
+                data["victim"] = {k: v for k, v in vic.items()
+                                  if not (v is None and k in ("model", "data", "training"))}
+        return data
+
+    @model_validator(mode="after")
+    def _inputs_as_they_are(self) -> Scenario:
+        """A user's model file sees its inputs as they are unless standardising is asked for."""
+        d = self.victim.data
+        if d.standardize is None:
+            d.standardize = "none" if self.victim.model.arch == "file" else "standard"
+        return self
 
     @model_validator(mode="after")
     def _one_pool_setting(self) -> Scenario:

@@ -28,6 +28,7 @@ numbers of guesses), α is split over the grid (Bonferroni), so taking the best 
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -38,19 +39,27 @@ ALPHA = 0.05
 
 
 def cp_upper(k: int, n: int, alpha: float) -> float:
-    """One-sided (1 − alpha) Clopper–Pearson upper bound on a proportion k/n."""
-    if n <= 0:
-        return 1.0
-    if k >= n:
-        return 1.0
-    return float(stats.beta.ppf(1 - alpha, k + 1, n - k))
+    """One-sided (1 − alpha) Clopper–Pearson upper bound on a proportion k/n (SciPy's exact
+    binomial interval; 1 when nothing was counted)."""
+    return _exact(k, n, alpha, "less")[1] if n > 0 else 1.0
 
 
 def cp_lower(k: int, n: int, alpha: float) -> float:
     """One-sided (1 − alpha) Clopper–Pearson lower bound on a proportion k/n."""
-    if n <= 0 or k <= 0:
-        return 0.0
-    return float(stats.beta.ppf(alpha, k, n - k + 1))
+    return _exact(k, n, alpha, "greater")[0] if n > 0 else 0.0
+
+
+def clopper_pearson(k: int, n: int, alpha: float = ALPHA) -> tuple[float, float]:
+    """Exact two-sided (1 − alpha) Clopper–Pearson interval for a proportion k/n."""
+    if n <= 0:
+        return 0.0, 1.0
+    return _exact(k, n, alpha, "two-sided")
+
+
+@functools.lru_cache(maxsize=4096)  # a threshold grid asks the same (k, n, alpha) many times
+def _exact(k: int, n: int, alpha: float, alternative: str) -> tuple[float, float]:
+    ci = stats.binomtest(int(k), int(n), alternative=alternative).proportion_ci(1 - alpha, method="exact")
+    return float(ci.low), float(ci.high)
 
 
 def eps_from_rates(fpr_hi: float, fnr_hi: float, delta: float) -> float:

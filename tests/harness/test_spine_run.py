@@ -50,6 +50,7 @@ def test_gradient_api_recovers_the_exact_span(tmp_path, tracking_uri):
     runs = mlflow.search_runs(experiment_names=["t"], output_format="list")
     parent = [r for r in runs if r.info.run_id == rep["mlflow_run_id"]][0]
     assert parent.info.status == "FINISHED" and parent.data.tags["verdict"] == "fail"
+    assert parent.data.metrics["verdict_code"] == 3  # pass 0 < inconclusive 1 < error 2 < fail 3
     assert parent.data.params["victim.model.hidden"] == "[16]"
     assert parent.data.metrics["span_nonadaptive.recovered_rank"] == 16
     child = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]

@@ -330,9 +330,20 @@ def load_dataset(spec: Any, seed: int) -> Dataset:
     else:
         n_pool = min(spec.attacker_pool, n - n_train) if npz_pool is None else 0
         tr, pool = _split(n, [n_train, n_pool], rng)
-        n_test = min(spec.n_test or len(x_te_fixed), len(x_te_fixed))
-        te = rng.permutation(len(x_te_fixed))[:n_test]
-        parts = (x[tr], y[tr], x_te_fixed[te], y_te_fixed[te], x[pool], y[pool])
+        held = rng.permutation(len(x_te_fixed))
+        # what training leaves of the pool comes from the held-out split (never from records the
+        # model trained on), keeping at least half of it to measure accuracy
+        n_held = min(spec.attacker_pool - n_pool, len(held) // 2) if npz_pool is None else 0
+        pool_te, held = held[:n_held], held[n_held:]
+        n_test = min(spec.n_test or len(held), len(held))
+        te = held[:n_test]
+        parts = (x[tr], y[tr], x_te_fixed[te], y_te_fixed[te],
+                 np.concatenate([x[pool], x_te_fixed[pool_te]]),
+                 np.concatenate([y[pool], y_te_fixed[pool_te]]))
+        if n_held:
+            unused = f"{n_pool} unused training records and " if n_pool else ""
+            record["pool_source"] = (f"{unused}{n_held} held-out test records (no x_pool/y_pool given); "
+                                     "the other test records measure accuracy")
         if npz_pool is not None:  # the user's x_pool/y_pool: the attacker's data, as given
             px = npz_pool[0].reshape(len(npz_pool[0]), -1).astype(np.float64)
             py = npz_pool[1].astype(y.dtype)
@@ -343,7 +354,8 @@ def load_dataset(spec: Any, seed: int) -> Dataset:
     documented = DOCUMENTED_RANGE.get(name)
     rows = (np.array([[documented[0]], [documented[1]]]) * np.ones((1, x_tr.shape[1]))
             if documented else np.zeros((0, x_tr.shape[1])))
-    x_tr, x_te, x_ext, norm = _normalise(x_tr, x_te, np.concatenate([x_pl, rows]), spec.standardize)
+    x_tr, x_te, x_ext, norm = _normalise(x_tr, x_te, np.concatenate([x_pl, rows]),
+                                         spec.standardize or "standard")
     x_pl, rows = x_ext[: len(x_pl)], x_ext[len(x_pl):]  # the documented box, preprocessed as inputs are
     domain = (float(rows.min()), float(rows.max())) if len(rows) else None
     offset = norm.pop("_offset", None)

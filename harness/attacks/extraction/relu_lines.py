@@ -27,7 +27,9 @@ class OutOfBudget(Exception):
 def ask(oracle, x: torch.Tensor, what: str = "predict") -> torch.Tensor:
     """One batched oracle call; OutOfBudget instead of a partial answer."""
     if len(x) == 0:
-        k = oracle.info.dim if what == "explain" else max(1, oracle.info.n_outputs)
+        # as wide as an answer would be (two-class probabilities give one signal, l₁ − l₀)
+        k = (oracle.info.dim if what == "explain" else
+             1 if output_space(oracle) == "difference" else max(1, oracle.info.n_outputs))
         return torch.zeros(0, k, dtype=torch.float64, device=oracle.device)
     if oracle.affordable(len(x)) < len(x):
         raise OutOfBudget(f"{len(x)} more queries needed, {oracle.remaining} left")

@@ -221,3 +221,33 @@ def test_user_model_file_with_npz_pool_and_a_false_claim_is_caught(tmp_path):
     assert m["members"] == m["nonmembers"] == 200 and m["epsilon_claimed"] == 0.1
     assert m["epsilon_lower"] > 0.1 and a["risk"] == "high" and rep["verdict"] == "fail"
     assert rep["victim"]["data"]["pool_source"] == "x_pool/y_pool of the .npz"
+
+
+@pytest.mark.parametrize("task, k_out", [("multiclass", 4), ("binary", 1), ("regression", 1)])
+def test_batched_mlp_gradients_equal_vmap_grad(task, k_out):
+    """The stacked trainer's bmm gradients are torch.func's vmap(grad(loss)), model for model."""
+    from torch.func import functional_call, grad, vmap
+
+    from harness.attacker.ghost_norms import ghost_layers
+    from harness.attacker.stacked_training import _mlp_grads
+    from victims.models.builders import build_mlp
+    from victims.models.training import loss_fn
+
+    torch.manual_seed(0)
+    model = build_mlp(6, k_out, [5, 3], ["tanh", "relu"], [True, False, True]).double()
+    names = [n for n, _ in model.named_parameters()]
+    params = {n: torch.randn(7, *p.shape, dtype=torch.float64) for n, p in model.named_parameters()}
+    is_w = {n: float(params[n].dim() > 2) for n in names}
+    x = torch.randn(7, 9, 6, dtype=torch.float64)
+    y = (torch.randint(0, k_out, (7, 9)) if task == "multiclass" else
+         torch.randint(0, 2, (7, 9)) if task == "binary" else torch.randn(7, 9, dtype=torch.float64))
+    crit, wd = loss_fn(task), 0.03
+
+    def loss(p, xb, yb):
+        pen = sum(is_w[m] * (p[m] ** 2).sum() for m in names)
+        return crit(functional_call(model, p, (xb,)), yb) + 0.5 * wd * pen
+
+    want = vmap(grad(loss))(params, x, y)
+    got = _mlp_grads(ghost_layers(model), names, crit, wd, is_w)(params, x, y)
+    for n in names:
+        assert torch.allclose(got[n], want[n], atol=1e-13, rtol=1e-11), n
