@@ -13,6 +13,7 @@ import pytest
 import torch
 import yaml
 from click.testing import CliRunner
+from conftest import message_lines
 
 from harness.cli import main
 
@@ -104,7 +105,7 @@ def test_what_run_refuses_validate_refuses_too(case, tmp_path, monkeypatch):
     scen = _write(tmp_path, data)
     for command in (["validate", scen], ["run", scen, "--no-tracking", "--out", "o"]):
         res = CliRunner().invoke(main, command)
-        lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+        lines = message_lines(res.stderr)
         assert res.exit_code == 2, (command[0], res.output[-1500:])
         assert len(lines) == 1 and all(w in lines[0] for w in words), (words, res.stderr)
 

@@ -13,6 +13,7 @@ import torch
 import yaml
 from bombs import npz_bomb, pt_bomb
 from click.testing import CliRunner
+from conftest import message_lines
 
 from harness.cli import main
 
@@ -39,7 +40,7 @@ def _both(tmp_path, scenario: str, words: list[str]) -> None:
     """validate and run: exit 2, one line naming every word, no traceback."""
     for command in (["validate", scenario], ["run", scenario, "--no-tracking", "--out", str(tmp_path / "o")]):
         res = CliRunner().invoke(main, command)
-        lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+        lines = message_lines(res.stderr)
         assert res.exit_code == 2, (command[0], res.output[-1500:])
         assert len(lines) == 1 and lines[0].startswith("leakmeter: error: "), res.stderr
         assert all(w in lines[0] for w in words), (words, lines[0])
