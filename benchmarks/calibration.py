@@ -8,7 +8,8 @@ measures, with its own code and through the same API (leakmeter's oracle with th
 output defenses and budget — the API, not leakmeter's attacks):
 
 - thief: two plain thieves on the API's answers to the attacker's pool plus Gaussian jitter (0.5
-  per-feature std), as many queries as one attacker may ask (the budget, else 2000):
+  per-feature std), at the run's query count (as many queries as leakmeter's surrogate asked,
+  else as many as one attacker may ask: the budget, else 2000):
   scikit-learn's MLPClassifier on the answers' labels (MLPRegressor for regression), and a small
   PyTorch MLP on the whole answers (KL to the returned probabilities); the better one's agreement
   with the victim and Cohen's κ on the victim's test split (the split leakmeter's scorer uses).
@@ -57,6 +58,7 @@ from harness.scenario import scenario_from_dict  # noqa: E402
 from victims.build import build_victim  # noqa: E402
 
 THIEF_QUERIES = 2000
+MAX_THIEF = 20000
 MIA_POINTS = 500
 
 DIGITS = {"dataset": "digits", "n_train": 1000}
@@ -183,13 +185,14 @@ def api_labels(y: torch.Tensor, output: str) -> np.ndarray:
     return y.argmax(1).cpu().numpy()
 
 
-def thief(s, victim) -> dict[str, float]:
-    """A plain scikit-learn thief on the API's answers: agreement and κ on the test split."""
+def thief(s, victim, queries: int | None = None) -> dict[str, float]:
+    """Plain thieves on the API's answers (as many queries as leakmeter's surrogate asked, else
+    the budget, else 2000): agreement and κ on the test split."""
     from sklearn.metrics import cohen_kappa_score
     from sklearn.neural_network import MLPClassifier, MLPRegressor
 
     info = victim.info
-    n = s.defenses.query_budget if s.defenses.query_budget is not None else THIEF_QUERIES
+    n = queries or (s.defenses.query_budget if s.defenses.query_budget is not None else THIEF_QUERIES)
     pool = info.x_pool.reshape(len(info.x_pool), -1).double().cpu()
     gen = torch.Generator().manual_seed(7)
     x = pool[torch.randperm(len(pool), generator=gen)][:n]
@@ -348,8 +351,9 @@ def evaluate(dep: Deployment, workdir: Path) -> dict[str, Any]:
     t0 = time.perf_counter()
     rep = run_scenario(s, out=workdir / dep.name, victim=victim)
     wall = time.perf_counter() - t0
-    ind: dict[str, float] = {}
-    for check in (thief, membership, span):
+    sur = next((a for a in rep["attacks"] if a["name"] == "surrogate" and a["status"] != "skipped"), None)
+    ind: dict[str, float] = thief(s, victim, min(int(sur["queries_sent"]), MAX_THIEF) if sur else None)
+    for check in (membership, span):
         ind.update(check(s, victim))
     ran = {a["family"] for a in rep["attacks"] if a["status"] != "skipped"}
     leaks = [k for k, fam in CHECK_FAMILY.items() if ind.get(k) and fam in ran]

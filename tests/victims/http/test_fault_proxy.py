@@ -2,8 +2,9 @@
 resets, 503, 429 + Retry-After) in front of `leakmeter serve` with a per-key quota; over a thousand
 requests, bounded in time.
 
-What must hold: rows sent never exceed the scenario's budget (so a server-side quota equal to it is
-never hit); `queries` (rows whose answers reached the attacker) never exceed the rows the server
+What must hold: rows sent on the attacker's behalf never exceed the scenario's budget, and
+everything the scan sends (its start-up check and verification probes too) never exceeds
+`victim.endpoint.max_rows` (so a server-side quota equal to it is never hit); `queries` (rows whose answers reached the attacker) never exceed the rows the server
 answered; an attack starved by faults stops with `stopped_by: faults` and one refused by the
 endpoint with `stopped_by: endpoint` — never "budget"; and the verdict under faults is the
 fault-free verdict or `inconclusive`, never `pass` where the fault-free run fails.
@@ -140,11 +141,13 @@ def serve(tmp_path_factory):
 
 
 def scan(url: str, key: str, budget: int, tmp_path, name: str, retries: int = 3):
-    """Run the attack through `url` in process; returns (report entry, report, backend)."""
+    """Run the attack through `url` in process, the scan's rows capped at budget + 200;
+    returns (report entry, report, backend)."""
     os.environ["LEAKMETER_FP_TOKEN"] = key
     data = json.loads(json.dumps(SERVED))
     data["victim"]["endpoint"] = {"url": url, "auth_env": "LEAKMETER_FP_TOKEN", "max_batch": 4,
-                                  "retries": retries, "backoff_s": 0.001, "timeout_s": 5}
+                                  "retries": retries, "backoff_s": 0.001, "timeout_s": 5,
+                                  "max_rows": budget + 200}
     data["defenses"] = {"query_budget": budget}
     s = scenario_from_dict(data)
     victim = build_victim(s)
@@ -156,13 +159,14 @@ def test_faults_and_quotas_never_turn_a_fail_into_a_pass(serve, tmp_path):
     with FaultProxy(serve, rate=0.0) as clean:
         base, base_report, _ = scan(clean.url, KEY, 4000, tmp_path, "clean")
     assert base["status"] == "ok" and base["risk"] == "high" and base_report["verdict"] == "fail"
-    assert base["queries"] <= clean.rows_answered and clean.rows_in <= 4000
+    assert base["queries"] <= clean.rows_answered and clean.rows_in <= 4200
 
     # ~30% of requests meet a fault; the budget has room for the retries
     with FaultProxy(serve, rate=0.3, seed=1) as noisy:
         flaky, flaky_report, be = scan(noisy.url, f"{KEY}-b", 4000, tmp_path, "flaky", retries=6)
     stats = be.stats_for(ATTACK)
-    assert noisy.rows_in <= 4000 and be.stats.rows_sent <= 4000  # sent never exceeds the budget
+    # the attacker's rows never exceed its budget; all the scan's rows never exceed max_rows
+    assert stats["queries_sent"] <= 4000 and noisy.rows_in == be.stats.rows_sent <= 4200
     assert flaky["queries"] <= noisy.rows_answered and flaky["queries"] <= noisy.rows_delivered
     assert stats["retries"] > 20 and stats["faults"] >= stats["retries"]
     assert set(noisy.faults) == set(FaultProxy.KINDS)
@@ -170,7 +174,7 @@ def test_faults_and_quotas_never_turn_a_fail_into_a_pass(serve, tmp_path):
     # the same faults with a budget the retries eat: the attack is starved by faults, not budget
     with FaultProxy(serve, rate=0.3, seed=2) as starving:
         starved, starved_report, be2 = scan(starving.url, f"{KEY}-c", 900, tmp_path, "starved", retries=6)
-    assert starving.rows_in <= 900 and be2.stats.rows_sent <= 900
+    assert be2.stats_for(ATTACK)["queries_sent"] <= 900 and starving.rows_in == be2.stats.rows_sent <= 1100
     assert starved["queries"] <= starving.rows_answered
     assert starved["stopped_by"] == "faults", starved.get("reason")
 
