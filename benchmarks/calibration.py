@@ -28,7 +28,9 @@ A deployment leaks when an independent check of a family leakmeter ran shows it 
 attacks says nothing about theft). A **false pass** is a pass where it leaks; a **false fail** is
 a fail on which no independent check of the failing attacks' families agrees (families without
 an independent check here — reconstruction — make it "unchecked"); "missed" is inconclusive
-where a plain attacker leaks.
+where a plain attacker leaks. A fail whose failing attacks are all extractions with a copy scored
+against the victim itself (on its test split) at the leak bar is "stronger": leakmeter's thief
+out-stole the plain ones, and the evidence is ground truth, not a judge's reading.
 
     python benchmarks/calibration.py [--only NAME ...] [--quick]
 """
@@ -364,13 +366,27 @@ def evaluate(dep: Deployment, workdir: Path) -> dict[str, Any]:
         call = "FALSE PASS"
     elif rep["verdict"] == "fail" and not any(CHECK_FAMILY[k] in fams for k in leaks):
         call = "FALSE FAIL" if fams <= checked else "unchecked"
+        if call == "FALSE FAIL" and fams == {"extraction"} and all(_scored_copy(a) for a in failing):
+            # every failing attack's copy was scored against the victim itself on the test split at
+            # the leak bar: leakmeter's thief out-stole the plain ones, the evidence is ground truth
+            call = "stronger"
     elif rep["verdict"] in ("inconclusive", "error") and leaks:
         call = "missed"
     else:
         call = "ok"
     return {"name": dep.name, "what": dep.what, "verdict": rep["verdict"], "wall_s": wall,
             "failing": [a["name"] for a in failing], "leaks": leaks, "call": call, **ind,
+            "copies": ", ".join(f"{a['name']} {a['metrics'].get('fidelity', float('nan')):.3f}/"
+                                f"{a['metrics'].get('kappa', float('nan')):.2f}" for a in failing
+                                if a.get("family") == "extraction"),
             "statuses": {a["name"]: (a["status"], a.get("risk")) for a in rep["attacks"]}}
+
+
+def _scored_copy(a: dict[str, Any]) -> bool:
+    """An extraction entry whose copy agrees with the victim on its test split at the leak bar
+    (agreement ≥ 0.95, κ ≥ 0.9), or reproduces it (output R² ≥ 0.99)."""
+    m = a.get("metrics") or {}
+    return (m.get("fidelity", 0) >= 0.95 and m.get("kappa", 0) >= 0.9) or m.get("output_r2", 0) >= 0.99
 
 
 def table(rows: list[dict[str, Any]]) -> None:
@@ -385,11 +401,15 @@ def table(rows: list[dict[str, Any]]) -> None:
               f"{','.join(r['leaks']) or 'none':22s} {r['call']:10s}")
         if r["failing"]:
             print(f"{'':22s}   fails on: {', '.join(r['failing'])}")
+        if r["call"] == "stronger":
+            print(f"{'':22s}   leakmeter's copies, scored against the victim: {r['copies']}")
     fp = sum(r["call"] == "FALSE PASS" for r in rows)
     ff = sum(r["call"] == "FALSE FAIL" for r in rows)
     missed = sum(r["call"] == "missed" for r in rows)
+    stronger = sum(r["call"] == "stronger" for r in rows)
     print(f"\nfalse passes: {fp}   false fails: {ff}   inconclusive where a plain attacker leaks: "
-          f"{missed}   (of {len(rows)} deployments)")
+          f"{missed}   fails where leakmeter's scored copy out-stole the plain thieves: {stronger}"
+          f"   (of {len(rows)} deployments)")
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:

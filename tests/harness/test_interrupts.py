@@ -103,7 +103,8 @@ def test_signal_mid_attack_kills_the_run_and_writes_the_partial_report(tmp_path,
     assert runs and all(r.info.status == "KILLED" for r in runs)  # the nested kkt run too
 
 
-@pytest.mark.parametrize("n", [2, pytest.param(8, marks=pytest.mark.slow)])
+@pytest.mark.slow  # n CLI processes on one new store: ~25 s for 2 on 2 cores
+@pytest.mark.parametrize("n", [2, 8])
 def test_many_runs_together_on_a_fresh_store_all_succeed(tmp_path, n):
     """n processes, one new embedded store none of them has seen: every run ends FINISHED."""
     from mlflow.tracking import MlflowClient

@@ -123,9 +123,9 @@ def test_each_attack_faces_the_whole_budget_whatever_the_order(tmp_path):
 
 
 def test_label_only_api_skips_span_with_a_reason(tmp_path):
-    rep = run_scenario(scenario_from_dict(make_scenario(interface={"kind": "prediction",
-                                                                   "output": "label"})),
-                       out=tmp_path / "o")
+    rep = run_scenario(scenario_from_dict(make_scenario(
+        attacks=[{"name": "span_nonadaptive"}], interface={"kind": "prediction", "output": "label"})),
+        out=tmp_path / "o")
     a = span_entry(rep)
     assert a["status"] == "skipped" and "labels only" in a["reason"]
 

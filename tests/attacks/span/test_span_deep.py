@@ -139,6 +139,7 @@ def test_span_scenarios_validate(name):
     assert res.exit_code == 0, res.output
 
 
+@pytest.mark.slow  # the shipped scenario as is: ~20 s on 2 cores
 def test_deep_bottleneck_scenario_leaks_the_whole_span(tmp_path):
     """The Fig. 1 scenario as shipped, with the default max_samples (2·d + 20): the rank keeps
     growing to the whole first-layer span, every direction inside the true one."""

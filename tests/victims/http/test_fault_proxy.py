@@ -4,10 +4,11 @@ requests, bounded in time.
 
 What must hold: rows sent on the attacker's behalf never exceed the scenario's budget, and
 everything the scan sends (its start-up check and verification probes too) never exceeds
-`victim.endpoint.max_rows` (so a server-side quota equal to it is never hit); `queries` (rows whose answers reached the attacker) never exceed the rows the server
-answered; an attack starved by faults stops with `stopped_by: faults` and one refused by the
-endpoint with `stopped_by: endpoint` — never "budget"; and the verdict under faults is the
-fault-free verdict or `inconclusive`, never `pass` where the fault-free run fails.
+`victim.endpoint.max_rows` (so a server-side quota equal to it is never hit); `queries` (rows
+whose answers reached the attacker) never exceed the rows the server answered; an attack starved
+by faults stops with `stopped_by: faults` and one refused by the endpoint with `stopped_by:
+endpoint` — never "budget"; and the verdict under faults is the fault-free verdict or
+`inconclusive`, never `pass` where the fault-free run fails.
 """
 
 from __future__ import annotations
