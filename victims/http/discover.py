@@ -121,9 +121,12 @@ def _v2(backend: RemoteBackend, s: Any, pub: dict[str, Any], meta: Any, found: d
         found["metadata"] = proto.read_metadata(meta, pub["dim"], s.victim.endpoint)
         proto.as_label = s.interface.output == "label"
         proto.n_cols = proto.n_cols or (pub.get("n_classes") or None) or s.victim.endpoint.n_outputs
-        if pub.get("n_classes") is not None and s.interface.output != "label":
-            want = {1, 2} if pub["task"] == "binary" else {pub["n_outputs"] if pub["task"] == "regression"
-                                                           else pub["n_classes"]}
+        if s.interface.output != "label":
+            if pub.get("n_classes") is not None:
+                want = {1, 2} if pub["task"] == "binary" else {pub["n_outputs"] if pub["task"] == "regression"
+                                                               else pub["n_classes"]}
+            else:
+                want = {s.victim.endpoint.n_outputs} if s.victim.endpoint.n_outputs else set()
             proto.check_columns(want)
     except MetadataError as exc:
         raise BadInput(f"{exc} (metadata of {backend.where})") from None

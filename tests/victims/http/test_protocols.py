@@ -130,7 +130,7 @@ def test_v2_metadata_that_does_not_fit_the_scenario_is_exit_2(servers):
     srv, _ = servers
     url = srv["kserve-v2"].url
     wide = digits(victim={**digits()["victim"], "data": {"dataset": "breast_cancer", "n_train": 200}})
-    with pytest.raises(BadInput, match=r"input 'input-0' has shape \[-1, 64\] .* the scenario's inputs have 30"):
+    with pytest.raises(BadInput, match=r"input 'input-0' has shape \[-1, 64\] .* inputs have 30"):
         remote(url, wide, protocol="kserve-v2")
     with pytest.raises(BadInput, match=r"output_name: 'proba' is not an output .*predictions, explanation"):
         remote(url, protocol="kserve-v2", output_name="proba")
@@ -144,11 +144,11 @@ def test_v2_metadata_that_does_not_fit_the_scenario_is_exit_2(servers):
 def test_reference_server_v2_and_v1_error_shapes(servers):
     srv, _ = servers
     v2 = srv["kserve-v2"].url
-    r = requests.post(f"{v2}/infer", json={"inputs": [{"name": "input-0", "shape": [2, 64], "datatype": "FP32",
-                                                     "data": [0.0] * 100}]}, timeout=5)
+    tensor = {"name": "input-0", "shape": [2, 64], "datatype": "FP32", "data": [0.0] * 100}
+    r = requests.post(f"{v2}/infer", json={"inputs": [tensor]}, timeout=5)
     assert r.status_code == 400 and "does not match" in r.json()["error"]
-    r = requests.post(f"{v2}/infer", json={"inputs": [{"name": "input-0", "shape": [1, 64], "datatype": "BYTES",
-                                                     "data": ["a"] * 64}]}, timeout=5)
+    tensor = {"name": "input-0", "shape": [1, 64], "datatype": "BYTES", "data": ["a"] * 64}
+    r = requests.post(f"{v2}/infer", json={"inputs": [tensor]}, timeout=5)
     assert r.status_code == 400 and "FP32 or FP64" in r.json()["error"]
     assert requests.get(v2.rsplit("/", 1)[0] + "/nope", timeout=5).json()["error"].startswith("no model")
     assert requests.get(f"{v2}/ready", timeout=5).json()["ready"] is True
