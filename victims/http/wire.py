@@ -25,59 +25,9 @@ from __future__ import annotations
 from typing import Any
 
 from victims.http.protocol import AUTH, EXPLAIN, extract_path, fill, template_has
-from victims.http.secrets import clip
+from victims.http.wire_base import AnswerError, WireProtocol, answer_field, error_text
 
-
-class AnswerError(Exception):
-    """The response holds no answer where the protocol puts it; the message says what it holds."""
-
-
-class WireProtocol:
-    """One protocol: `body(rows, explain)` → JSON-able request; `answer(payload)` → the answer
-    field of a parsed response."""
-
-    name = "?"
-    sends_token = False  # True: the token travels in the body, not in a header
-    url = ""
-
-    def bind(self, url: str) -> WireProtocol:
-        """Remember the endpoint's URL (without credentials); returns self."""
-        self.url = url
-        return self
-
-    def target(self, explain: str | None) -> str:
-        """Where a request goes: the URL itself unless the protocol says otherwise."""
-        return self.url
-
-    def body(self, rows: list, explain: str | None) -> Any:
-        raise NotImplementedError
-
-    def answer(self, payload: Any, explain: str | None = None) -> Any:
-        raise NotImplementedError
-
-    def offers_explain(self) -> bool:
-        return True
-
-
-def error_text(payload: Any) -> str | None:
-    """The message of an error-shaped answer ({"error": ...}, {"message": ...}), scrubbed and
-    cut; None when the answer is not one."""
-    if isinstance(payload, dict):
-        for key in ("error", "message"):
-            if isinstance(payload.get(key), str | dict):
-                return clip(str(payload[key]), 200)
-    return None
-
-
-def _field(payload: Any, key: str, where: str) -> Any:
-    if isinstance(payload, dict) and key in payload:
-        return payload[key]
-    err = error_text(payload)
-    if err is not None:
-        raise AnswerError(f"answered an error instead of {key!r}: {err}")
-    keys = ", ".join(clip(k, 40) for k in list(payload)[:5]) if isinstance(payload, dict) else \
-        type(payload).__name__
-    raise AnswerError(f"the response has no {key!r} field ({where}; got: {keys})")
+__all__ = ["AnswerError", "WireProtocol", "error_text", "make_protocol"]
 
 
 class MlflowProtocol(WireProtocol):
@@ -91,7 +41,7 @@ class MlflowProtocol(WireProtocol):
 
     def answer(self, payload: Any, explain: str | None = None) -> Any:
         if isinstance(payload, dict):
-            return _field(payload, "predictions", "MLflow scoring protocol")
+            return answer_field(payload, "predictions", "MLflow scoring protocol")
         return payload
 
 
@@ -135,7 +85,7 @@ class KServeV1Protocol(WireProtocol):
     def answer(self, payload: Any, explain: str | None = None) -> Any:
         if explain and isinstance(payload, dict) and "explanations" in payload:
             return payload["explanations"]
-        return _field(payload, "predictions", "KServe V1 / TF Serving")
+        return answer_field(payload, "predictions", "KServe V1 / TF Serving")
 
 
 class TorchServeProtocol(JsonTemplateProtocol):
@@ -160,8 +110,8 @@ class TorchServeProtocol(JsonTemplateProtocol):
             return super().answer(payload, explain)
         if isinstance(payload, list):
             return payload
-        return _field(payload, "predictions", "TorchServe: the handler's answer is read whole when it is a "
-                      "list; else set victim.endpoint.response_path")
+        return answer_field(payload, "predictions", "TorchServe: the handler's answer is read whole when "
+                            "it is a list; else set victim.endpoint.response_path")
 
     def offers_explain(self) -> bool:
         return True

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from victims.http.secrets import clip
-from victims.http.wire import AnswerError, WireProtocol, error_text
+from victims.http.wire_base import AnswerError, WireProtocol, error_text
 
 NUMERIC = {"FP16", "FP32", "FP64", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32",
            "UINT64", "BOOL"}
