@@ -227,3 +227,19 @@ def test_keys_only_some_protocols_read_are_refused():
                                     request_template={"inputs": "$inputs"}))
     with pytest.raises(ScenarioError, match="/predictions/MODEL"):
         scenario_from_dict(scenario("http://127.0.0.1:9/m", protocol="torchserve"))
+
+
+def test_validate_checks_the_header_variables(tmp_path, monkeypatch):
+    import yaml
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    monkeypatch.delenv("LEAKMETER_UNSET_TENANT", raising=False)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(scenario("http://127.0.0.1:9/v2/models/m", protocol="kserve-v2",
+                                            headers={"X-Tenant": "$env:LEAKMETER_UNSET_TENANT"})))
+    res = CliRunner().invoke(main, ["validate", str(path)])
+    assert res.exit_code == 2 and "headers.X-Tenant" in res.output and "not set" in res.output
+    monkeypatch.setenv("LEAKMETER_UNSET_TENANT", "t-1")
+    assert CliRunner().invoke(main, ["validate", str(path)]).exit_code == 0
