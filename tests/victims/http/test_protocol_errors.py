@@ -243,3 +243,74 @@ def test_validate_checks_the_header_variables(tmp_path, monkeypatch):
     assert res.exit_code == 2 and "headers.X-Tenant" in res.output and "not set" in res.output
     monkeypatch.setenv("LEAKMETER_UNSET_TENANT", "t-1")
     assert CliRunner().invoke(main, ["validate", str(path)]).exit_code == 0
+
+
+def _meta(**over):
+    return lambda b, h: (200, {**META, **over})
+
+
+def _answer(tensor):
+    return lambda b, h: (200, {"outputs": [tensor]})
+
+
+@pytest.mark.parametrize("case, routes, words", [
+    ("input width", {("GET", "/v2/models/m"): _meta(inputs=[{"name": "x", "datatype": "FP32",
+                                                             "shape": [-1, 7]}])},
+     ["victim.endpoint", "shape [-1, 7]", "inputs have 4"]),
+    ("output count", {("GET", "/v2/models/m"): _meta(outputs=[{"name": "probs", "datatype": "FP32",
+                                                               "shape": [-1, 5]}])},
+     ["victim.endpoint.output_name", "5 columns", "expects 3"]),
+    ("datatype in the metadata", {("GET", "/v2/models/m"): _meta(outputs=[
+        {"name": "probs", "datatype": "BYTES", "shape": [-1, 1]}])},
+     ["victim.endpoint.output_name", "datatype BYTES", "does not read"]),
+    ("shape vs data", {("POST", "/v2/models/m/infer"): _answer(
+        {"name": "probs", "datatype": "FP32", "shape": [1, C], "data": [0.5, 0.5]})},
+     ["victim.endpoint", "output 'probs' has shape [1, 3] (3 values) but 2 data values"]),
+    ("datatype in the answer", {("POST", "/v2/models/m/infer"): _answer(
+        {"name": "probs", "datatype": "BYTES", "shape": [1, 1], "data": ["cat"]})},
+     ["victim.endpoint", "datatype BYTES", "does not read"]),
+])
+def test_bad_endpoint_input_is_one_line_exit_2_before_any_attack(case, routes, words, tmp_path):
+    """`leakmeter run`: exit 2, one error line naming the field, no attack started; a metadata that
+    does not fit is refused before a single row is sent."""
+    import yaml
+    from click.testing import CliRunner
+    from conftest import message_lines
+
+    from harness.cli import main
+
+    with Scripted(v2_routes(routes)) as srv:
+        path = tmp_path / "s.yaml"
+        url = f"http://127.0.0.1:{srv.port}/v2/models/m"
+        path.write_text(yaml.safe_dump(scenario(url, protocol="kserve-v2")))
+        res = CliRunner().invoke(main, ["run", str(path), "--no-tracking", "--out", str(tmp_path / "o")])
+        posts = [s[1] for s in srv.seen if s[0] == "POST"]
+    lines = message_lines(res.stderr)
+    assert res.exit_code == 2, res.output[-1500:]
+    assert len(lines) == 1 and lines[0].startswith("leakmeter: error: "), res.stderr
+    assert all(w in lines[0] for w in words), (words, lines[0])
+    assert "attack" not in res.stderr and "Traceback" not in res.output
+    assert len(posts) <= 1 and not (tmp_path / "o").exists()  # at most the start-up row; no report
+    if "metadata" in case or case in ("input width", "output count"):
+        assert posts == []
+
+
+def test_bad_endpoint_input_in_a_scan_leaves_no_mlflow_run(tmp_path, tracking_uri):
+    import mlflow
+    import yaml
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    routes = {("POST", "/v2/models/m/infer"): _answer(
+        {"name": "probs", "datatype": "FP32", "shape": [1, C], "data": [0.5, 0.5]})}
+    with Scripted(v2_routes(routes)) as srv:
+        data = scenario(f"http://127.0.0.1:{srv.port}/v2/models/m", protocol="kserve-v2")
+        data["tracking"] = {"experiment": "scans"}
+        path = tmp_path / "s.yaml"
+        path.write_text(yaml.safe_dump(data))
+        res = CliRunner().invoke(main, ["scan", str(path), "--tracking-uri", tracking_uri,
+                                        "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "but 2 data values" in res.stderr, res.output[-1500:]
+    client = mlflow.MlflowClient(tracking_uri)
+    assert [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])] == []
