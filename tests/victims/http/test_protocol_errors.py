@@ -314,3 +314,41 @@ def test_bad_endpoint_input_in_a_scan_leaves_no_mlflow_run(tmp_path, tracking_ur
     assert res.exit_code == 2 and "but 2 data values" in res.stderr, res.output[-1500:]
     client = mlflow.MlflowClient(tracking_uri)
     assert [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])] == []
+
+
+def test_v2_url_with_a_version_suffix_reads_that_versions_metadata_and_infers_there():
+    pre = "/v2/models/m/versions/2"
+    routes = {("GET", pre): lambda b, h: (200, {**META, "versions": ["1", "2"]}),
+              ("GET", f"{pre}/ready"): lambda b, h: (200, {"name": "m", "ready": True}),
+              ("POST", f"{pre}/infer"): v2_infer}
+    with Scripted(routes) as srv:
+        v = build(f"http://127.0.0.1:{srv.port}{pre}", protocol="kserve-v2")
+        x = torch.randn(3, D, dtype=torch.float64)
+        got = v.backend.predict(x, "probabilities").numpy()
+        paths = [s[:2] for s in srv.seen]
+    assert np.allclose(got, probs(x.numpy().astype(np.float32).astype(np.float64)), atol=1e-12)
+    assert paths[:2] == [("GET", pre), ("GET", f"{pre}/ready")]
+    assert {p for m, p in paths if m == "POST"} == {f"{pre}/infer"}
+
+
+@pytest.mark.parametrize("routes, words", [
+    ({("GET", "/v1/models/m"): lambda b, h: (404, {"error": "Model with name m does not exist."})},
+     ["HTTP 404", "does not exist"]),
+    ({("GET", "/v1/models/m"): lambda b, h: (200, {"name": "m", "ready": False})}, ["is not ready"]),
+    ({("GET", "/v1/models/m"): lambda b, h: (200, {"name": "m", "ready": True}),
+      ("POST", "/v1/models/m:predict"): lambda b, h: (400, {"error": "Failed to process instances"})},
+     ["HTTP 400", "Failed to process instances"]),
+    ({("GET", "/v1/models/m"): lambda b, h: (200, {"name": "m", "ready": True}),
+      ("POST", "/v1/models/m:predict"): lambda b, h: (200, {"error": "Input tensor shape mismatch"})},
+     ["answered an error", "shape mismatch"]),
+    ({("GET", "/v1/models/m"): lambda b, h: (200, {"name": "m", "ready": True}),
+      ("POST", "/v1/models/m:predict"): lambda b, h: (503, {"error": "Model m is not ready"})},
+     ["HTTP 503", "not ready"]),
+])
+def test_v1_error_shapes_are_exit_2_at_start_up(routes, words):
+    """KServe V1 / TF Serving errors ({"error": ...} with 400/404/503, in a 200 too; a status
+    that is not ready) at start-up: BadInput naming what the server said."""
+    with Scripted(routes) as srv:
+        with pytest.raises(BadInput) as err:
+            build(f"http://127.0.0.1:{srv.port}/v1/models/m", protocol="kserve-v1", retries=0)
+    assert all(w in str(err.value) for w in words), str(err.value)
