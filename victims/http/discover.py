@@ -1,8 +1,9 @@
 """Start-up reads of an endpoint before its first query: the model's metadata and readiness
 (kserve-v2), its status (kserve-v1), and, for `protocol: auto`, which protocol answers.
 
-`auto` probes in a fixed order with at most three GETs, each charged as one row to the scan's
-cap (`victim.endpoint.max_rows`) before it is sent:
+`auto` probes in a fixed order with at most two GETs (then the found protocol's own start-up
+requests), each charged as one row to the scan's cap (`victim.endpoint.max_rows`) before it is
+sent, retries included:
 
 1. `GET {url}` — an Open Inference Protocol metadata object (`inputs` / `outputs` / `platform`)
    is `kserve-v2`; a KServe V1 status (`name` and `ready`) or a TF Serving one
