@@ -170,6 +170,8 @@ def torchserve_routes():
     return {("GET", "/ping"): lambda b, h: (200, {"status": "Healthy"}),
             ("POST", "/predictions/m"): lambda b, h: (200, probs(np.asarray(b["data"])).tolist()),
             ("POST", "/explanations/m"): lambda b, h: (200, [list(W[:, 0]) for _ in b["data"]]),
+            ("POST", "/predictions/custom/2.0"): lambda b, h: (
+                200, {"result": {"p": probs(np.asarray(b["batch"]["rows"])).tolist()}}),
             ("POST", "/predictions/busy"): lambda b, h: (
                 503, {"code": 503, "type": "ServiceUnavailableException",
                       "message": "Model \"busy\" has no worker to serve inference request."})}
@@ -185,6 +187,9 @@ def test_torchserve_predictions_explanations_auto_and_its_error_shape():
         assert np.allclose(v.backend.predict(x, "probabilities").numpy(), probs(x.numpy()))
         g = v.backend.explain(x, "gradient", torch.Generator()).numpy()
         assert np.allclose(g, np.tile(W[:, 0], (4, 1)))
+        custom = build(f"{base}/predictions/custom/2.0", protocol="torchserve",
+                       request_template={"batch": {"rows": "$inputs"}}, response_path="result.p")
+        assert np.allclose(custom.backend.predict(x, "probabilities").numpy(), probs(x.numpy()))
         auto = build(f"{base}/predictions/m", protocol="auto")
         assert auto.record["endpoint"]["protocol"] == "torchserve"
         with pytest.raises(BadInput, match="HTTP 503.*no worker to serve"):
