@@ -28,6 +28,7 @@ from victims.http.client import EndpointError, RemoteBackend
 from victims.http.secrets import clip
 from victims.http.wire import make_protocol
 
+V2_KEYS = ("input_name", "output_name", "datatype", "classification")  # keys only kserve-v2 reads
 PROBE_ORDER = ("kserve-v2 metadata (GET url)", "kserve-v1 status (GET url)", "torchserve /ping",
                "mlflow /ping")
 
@@ -88,6 +89,10 @@ def startup(backend: RemoteBackend, s: Any, pub: dict[str, Any], token: str | No
         meta = None
         if spec.protocol == "auto":
             name, meta = detect(backend, spec, token)
+            unused = [k for k in V2_KEYS if getattr(spec, k) is not None]
+            if name != "kserve-v2" and unused:
+                raise BadInput(f"victim.endpoint.{unused[0]}: only the kserve-v2 protocol reads it, and "
+                               f"protocol: auto found {name} at {backend.where}")
             proto_spec = spec.model_copy(update={"protocol": name})
             backend.protocol = make_protocol(proto_spec, token).bind(backend.protocol.url)
             found.update(protocol=name, protocol_requested="auto")

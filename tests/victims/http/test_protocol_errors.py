@@ -162,6 +162,9 @@ def test_v1_not_ready_and_tf_serving_status():
         x = torch.randn(3, D, dtype=torch.float64)
         assert np.allclose(v.backend.predict(x, "probabilities").numpy(), probs(x.numpy()))
     assert v.record["endpoint"]["protocol"] == "kserve-v1"
+    with Scripted(routes) as srv:  # a key only kserve-v2 reads, on what auto found to be V1
+        with pytest.raises(BadInput, match=r"endpoint.output_name: only the kserve-v2 .*found kserve-v1"):
+            build(f"http://127.0.0.1:{srv.port}/v1/models/m", protocol="auto", output_name="probs")
 
 
 def torchserve_routes():
