@@ -228,3 +228,24 @@ def test_kserve_model_that_is_not_ready_is_exit_2_before_any_row(kserve):
     d["victim"]["endpoint"].update(protocol="kserve-v2", retries=1, backoff_s=0)
     with pytest.raises(BadInput, match=r"not ready.*HTTP 503"):
         build_victim(scenario_from_dict(d))
+
+
+@pytest.mark.parametrize("protocol", ["kserve-v1", "json"])
+def test_kserve_v1_surrogate_spends_its_whole_budget_and_decides(kserve, tmp_path, protocol):
+    """The issue's measurement: against a plain V1 server reached through the JSON template, the
+    surrogate stopped at 457 of 2000 queries and said low. Now, over kserve-v1 and over the
+    template alike, it spends the budget (stopped_by: budget) and its risk is scored on probes."""
+    base = f"http://127.0.0.1:{kserve['port']}/v1/models/digits"
+    d = scenario(base)
+    d["attacks"] = [{"name": "surrogate"}]
+    d["defenses"] = {"query_budget": 2000}
+    if protocol == "json":
+        d["victim"]["endpoint"].update(url=f"{base}:predict", protocol="json",
+                                       request_template={"instances": "$inputs"}, response_path="predictions")
+    else:
+        d["victim"]["endpoint"]["protocol"] = "kserve-v1"
+    r = run_scenario(scenario_from_dict(d), out=tmp_path / protocol)
+    a = r["attacks"][0]
+    assert r["victim"]["endpoint"]["protocol"] == protocol
+    assert a["status"] == "ok" and a["stopped_by"] == "budget" and a["queries"] == 2000, a["reason"]
+    assert a["metrics"]["blackbox_probes"] > 0 and r["verdict"] in ("pass", "fail")
