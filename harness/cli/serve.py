@@ -47,10 +47,16 @@ def serve(scenario, overrides, host, port, budget, keys_env, export_mlflow, prot
     pin_threads(threads)
     apply_trust(trust_model_code)
     import os
+    import re
 
     from harness.errors import BadInput
     from harness.scenario import load_scenario
 
+    if model_name is not None and protocol == "mlflow":
+        raise BadInput("--model-name: only the kserve-v2 and kserve-v1 URLs name the model; "
+                       "--protocol is mlflow (/invocations)")
+    if model_name is not None and not re.fullmatch(r"[A-Za-z0-9_.\-]{1,128}", model_name):
+        raise BadInput("--model-name: letters, digits, '_', '.', '-' (at most 128)")
     s = load_scenario(scenario, list(overrides))
     if export_mlflow:
         from victims.http.pyfunc import export_pyfunc

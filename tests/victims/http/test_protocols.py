@@ -156,3 +156,16 @@ def test_reference_server_v2_and_v1_error_shapes(servers):
     assert requests.get(v1, timeout=5).json() == {"name": "digits", "ready": True}
     r = requests.post(f"{v1}:predict", json={"rows": []}, timeout=5)
     assert r.status_code == 400 and "instances" in r.json()["error"]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--model-name", "digits"], "--model-name: only the kserve-v2 and kserve-v1"),
+    (["--protocol", "kserve-v2", "--model-name", "a/b"], "--model-name: letters, digits"),
+])
+def test_serve_refuses_a_model_name_it_cannot_use(args, words, tmp_path):
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    res = CliRunner().invoke(main, ["serve", str(tmp_path / "never-read.yaml"), *args])
+    assert res.exit_code == 2 and words in res.stderr, res.output
