@@ -86,6 +86,13 @@ def to_markdown(report: dict[str, Any]) -> str:
     for k, val in vic.items():
         if not isinstance(val, dict | list):
             lines.append(f"- {k}: {_fmt(val)}")
+    ep = vic.get("endpoint")
+    if isinstance(ep, dict):  # a remote victim: where, and which protocol answered
+        found = " (found by protocol: auto)" if ep.get("protocol_requested") == "auto" else ""
+        lines.append(f"- endpoint: {ep.get('url')}, protocol {ep.get('protocol')}{found}")
+        meta = ep.get("metadata")
+        if isinstance(meta, dict):
+            lines.append("- model metadata: " + ", ".join(f"{k} {_fmt(v)}" for k, v in meta.items()))
     d = report.get("defenses") or []
     lines.append(f"- defenses: {', '.join(d) if d else 'none'}")
     priv = report.get("privacy")

@@ -138,8 +138,26 @@ def print_verdict(report: dict) -> None:
 def print_summary(report: dict) -> None:
     """Attack lines, the verdict, and where the report went."""
     print_attacks(report)
+    line = endpoint_line(report)
+    if line:
+        click.echo(line)
     print_verdict(report)
     click.echo(where_line(report))
+
+
+def endpoint_line(report: dict) -> str | None:
+    """For a remote victim: the protocol that answered (and that `auto` found it), and the HTTP
+    requests it took; None for an in-process victim."""
+    ep = (report.get("victim") or {}).get("endpoint")
+    if not isinstance(ep, dict):
+        return None
+    found = " (found by auto)" if ep.get("protocol_requested") == "auto" else ""
+    line = f"endpoint: {ep.get('url')} speaks {ep.get('protocol')}{found}"
+    stats = ep.get("stats") or {}
+    if stats:
+        line += (f"; {stats.get('requests', 0)} HTTP requests ({stats.get('retries', 0)} retries) for "
+                 f"{report.get('queries_total', 0)} queries")
+    return line
 
 
 def where_line(report: dict) -> str:

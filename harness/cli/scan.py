@@ -15,6 +15,7 @@ from harness.cli.common import (
     apply_trust,
     check_output_paths,
     ci_outputs,
+    endpoint_line,
     guarded,
     print_attacks,
     print_verdict,
@@ -66,10 +67,9 @@ def scan(scenario, overrides, baseline, tolerances, json_path, out, tracking_uri
         raise
     report = res["report"]
     print_attacks(report)
-    stats = report.get("victim", {}).get("endpoint", {}).get("stats")
-    if stats:
-        click.echo(f"endpoint: {stats['requests']} HTTP requests ({stats['retries']} retries) for "
-                   f"{report.get('queries_total', 0)} queries")
+    line = endpoint_line(report)
+    if line:
+        click.echo(line)
     if not res["baseline_found"]:
         why = "none requested" if baseline == "none" else f"none found ({baseline})"
         click.echo(f"baseline: {why}; nothing to compare — this run "

@@ -25,6 +25,11 @@ from harness.threads import pin_threads
 @click.option("--export-mlflow", type=click.Path(file_okay=False),
               help="Save the victim as an MLflow pyfunc model in this folder and exit "
                    "(then: mlflow models serve -m DIR --env-manager local).")
+@click.option("--protocol", type=click.Choice(["mlflow", "kserve-v2", "kserve-v1"]), default="mlflow",
+              show_default=True, help="Wire protocol: MLflow scoring, the Open Inference Protocol (KServe "
+              "V2, as Triton and MLServer speak it), or KServe V1 / TF Serving REST.")
+@click.option("--model-name", default=None, metavar="NAME",
+              help="The model's name in kserve-v2 / kserve-v1 URLs (default: the scenario's name).")
 @click.option("--log", "access_log", is_flag=True, help="Print one line per request (never keys).")
 @click.option("--max-body-mb", type=click.FloatRange(min=0.001, max=1024), default=8.0, show_default=True,
               help="Largest request body accepted (413 beyond).")
@@ -33,18 +38,25 @@ from harness.threads import pin_threads
 @TRUST
 @THREADS
 @guarded
-def serve(scenario, overrides, host, port, budget, keys_env, export_mlflow, access_log, max_body_mb,
-          request_timeout, trust_model_code, threads):
-    """Serve the SCENARIO's victim over HTTP (MLflow scoring protocol), defenses server side.
+def serve(scenario, overrides, host, port, budget, keys_env, export_mlflow, protocol, model_name, access_log,
+          max_body_mb, request_timeout, trust_model_code, threads):
+    """Serve the SCENARIO's victim over HTTP (MLflow scoring protocol, or --protocol), defenses
+    server side.
 
     Clients authenticate with 'Authorization: Bearer KEY' or 'X-API-Key: KEY' (other schemes: 401)."""
     pin_threads(threads)
     apply_trust(trust_model_code)
     import os
+    import re
 
     from harness.errors import BadInput
     from harness.scenario import load_scenario
 
+    if model_name is not None and protocol == "mlflow":
+        raise BadInput("--model-name: only the kserve-v2 and kserve-v1 URLs name the model; "
+                       "--protocol is mlflow (/invocations)")
+    if model_name is not None and not re.fullmatch(r"[A-Za-z0-9_.\-]{1,128}", model_name):
+        raise BadInput("--model-name: letters, digits, '_', '.', '-' (at most 128)")
     s = load_scenario(scenario, list(overrides))
     if export_mlflow:
         from victims.http.pyfunc import export_pyfunc
@@ -71,11 +83,12 @@ def serve(scenario, overrides, host, port, budget, keys_env, export_mlflow, acce
     log = (lambda line: click.echo(line, err=True)) if access_log else None
     try:
         limits = ServerLimits(max_body=int(max_body_mb * 1024 * 1024), request_timeout_s=request_timeout)
-        server = VictimServer(served, host, port, budget=per_key, keys=keys, log=log, limits=limits)
+        server = VictimServer(served, host, port, budget=per_key, keys=keys, log=log, limits=limits,
+                              protocol=protocol, model_name=model_name or s.name)
     except OSError as exc:
         raise BadInput(f"--port: cannot listen on {host}:{port} ({exc.strerror})") from None
     defenses = ", ".join(served.defenses.active()) or "none"
-    click.echo(f"serving {s.name} at http://{host}:{server.port}/invocations "
+    click.echo(f"serving {s.name} at {server.url} ({protocol}) "
                f"(interface {s.interface.kind}/{s.interface.output}; defenses: {defenses}; "
                f"budget: {per_key if per_key is not None else 'unlimited'} "
                f"{server.budgets.scope if per_key is not None else ''}; "

@@ -65,13 +65,14 @@ def sweep(scenario, grid, overrides, seeds, jobs, executor, ray_address, out, tr
     raw = choose_auth_env(apply_overrides(read_raw(scenario), list(overrides)), auth_env, scenario)
     plan = plan_sweep(raw, scenario, list(grid), seeds)
     from harness.scenario.checks import preflight
-    from victims.http.endpoint import read_token
+    from victims.http.endpoint import read_headers, read_token
 
     for cell, s in zip(plan.cells, plan.scenarios, strict=True):
         try:
             preflight(s)
             if s.victim.endpoint is not None:
                 read_token(s.victim.endpoint)  # an allowed, set token variable: before any cell runs
+                read_headers(s.victim.endpoint)
         except BadInput as exc:
             raise BadInput(f"cell {cell.label()}: {exc}") from None
     from harness.interrupts import Interrupted

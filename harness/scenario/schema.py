@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from harness.scenario.endpoint_keys import check_headers, check_protocol_keys
 from harness.scenario.limits import (
     KNOWN_CLASSES,
     MAX_COUNT,
@@ -118,7 +119,9 @@ class TrainingSpec(Strict):
 
 class EndpointSpec(Strict):
     url: str
-    protocol: Literal["mlflow", "json"] = "mlflow"
+    # docs/endpoints.md: mlflow | json (a template) | kserve-v2 (Open Inference Protocol: KServe,
+    # Triton, MLServer) | kserve-v1 (KServe V1, TF Serving REST) | torchserve | auto (probed)
+    protocol: Literal["mlflow", "json", "kserve-v2", "kserve-v1", "torchserve", "auto"] = "mlflow"
     auth_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
     auth_header: str = Field(default="Authorization", pattern=r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,64}$")
     auth_scheme: str = Field(default="Bearer", pattern=r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{0,32}$")
@@ -137,6 +140,19 @@ class EndpointSpec(Strict):
     # the scan's own cost cap: rows it may send in total (attacks, start-up check, verification
     # probes); a limit on leakmeter, never evidence about the deployment (None = no cap)
     max_rows: int | None = Field(default=None, ge=1, le=10**12)
+    # extra request headers; each value only "$env:NAME" (a variable like auth_env's, scrubbed)
+    headers: dict[str, str] | None = None
+    # kserve-v2: the tensors' names and the input datatype (null: from the model's metadata, else
+    # the first input / output and FP32); classification: Triton's top-k classification extension
+    input_name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:/\-]{1,128}$")
+    output_name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:/\-]{1,128}$")
+    datatype: Literal["FP32", "FP64"] | None = None
+    classification: int | None = Field(default=None, ge=1, le=100_000)
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        return check_headers(v)
 
     @field_validator("url")
     @classmethod
@@ -160,6 +176,7 @@ class EndpointSpec(Strict):
         if template_has(self.request_template, "$auth") and not self.auth_env:
             raise ValueError('"$auth" in request_template is filled from the environment variable '
                              "auth_env names; set auth_env")
+        check_protocol_keys(self)
         return self
 
 

@@ -66,7 +66,12 @@ def deadline_of(spec: Any) -> float:
 
 
 class EndpointError(Exception):
-    """The endpoint failed or answered something unusable; the message names it."""
+    """The endpoint failed or answered something unusable; the message names it (`status`: the
+    HTTP status when it answered one)."""
+
+    def __init__(self, message: str = "", status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 class EndpointFaults(EndpointError):
@@ -147,7 +152,7 @@ class RemoteBackend:
 
     def __init__(self, spec: Any, *, dim: int, task: str, n_classes: int, n_outputs: int,
                  token: str | None = None, sleep: Callable[[float], None] = time.sleep,
-                 budget: int | None = None):
+                 budget: int | None = None, headers: dict[str, str] | None = None):
         self.spec = spec
         self.where = display_url(spec.url)
         SECRETS.add_url(spec.url)
@@ -166,7 +171,9 @@ class RemoteBackend:
         self.session = new_session(spec.verify_tls)
         self.deadline_s = deadline_of(spec)
         self.max_bytes = int(spec.max_response_mb * 2**20)
-        self.protocol = make_protocol(spec, token)
+        self.protocol = make_protocol(spec, token).bind(self._url)
+        for name, value in (headers or {}).items():  # values from the environment, already scrubbed
+            self.session.headers[name] = value
         if token and not self.protocol.sends_token:  # "$auth" in a template carries it instead
             value = f"{spec.auth_scheme} {token}" if spec.auth_scheme else token
             if not valid_header_value(value):
@@ -232,13 +239,14 @@ class RemoteBackend:
         return SECRETS.scrub(text)
 
     # ------------------------------------------------------------------ HTTP
-    def _attempt(self, data: bytes) -> Any:
-        """One POST; the answer field, or _Transient / an EndpointError subclass. Every message
-        is scrubbed before it is cut (`clip`), never after."""
+    def _attempt(self, url: str, data: bytes | None, explain: str | None = None) -> Any:
+        """One POST (a GET when `data` is None: its parsed JSON body); the answer field, or
+        _Transient / an EndpointError subclass. Every message is scrubbed before it is cut
+        (`clip`), never after."""
         import requests
 
         try:
-            reply = exchange(self.session, self._url, data, self.spec.timeout_s, self.deadline_s,
+            reply = exchange(self.session, url, data, self.spec.timeout_s, self.deadline_s,
                              self.max_bytes)
         except DeadlineExceeded:
             raise _Transient(f"no whole answer within {self.deadline_s:g} s (the deadline per request, "
@@ -260,45 +268,60 @@ class RemoteBackend:
         if status == 429:
             raise _Transient("answered 429 Too Many Requests", "429", self._on_429(reply))
         if status >= 500:
-            raise _Transient(f"answered HTTP {status}", str(status))
+            raise _Transient(self.scrub(f"answered HTTP {status}: {self._excerpt(reply)}"), str(status))
         if status in (401, 403):
             raise EndpointRefused(self.scrub(f"{self.where}: answered HTTP {status}: "
                                              f"{self._excerpt(reply)} (the endpoint refuses this client)"))
         if status >= 300 or status < 200:
-            raise EndpointError(self.scrub(f"{self.where}: answered HTTP {status}: {self._excerpt(reply)}"))
-        return self._answer(reply)
+            raise EndpointError(self.scrub(f"{self.where}: answered HTTP {status}: {self._excerpt(reply)}"),
+                                status)
+        return self._answer(reply, explain, raw=data is None)
 
-    def _answer(self, reply: Reply) -> Any:
+    def _answer(self, reply: Reply, explain: str | None = None, raw: bool = False) -> Any:
         """The answer field of a 2xx response; _Transient when the body is not usable JSON."""
         try:
             payload = reply.json()
         except (ValueError, RecursionError):
+            if raw:  # a GET's answer (a ping, a readiness check) need not be JSON
+                return None
             ctype = reply.headers.get("Content-Type", "")
             html = "html" in ctype or reply.body.lstrip()[:1] == b"<"
             raise _Transient(f"answered {'an HTML page' if html else 'invalid JSON'} (HTTP {reply.status})",
                              "malformed") from None
+        if raw:
+            return payload
         try:
-            return self.protocol.answer(payload)
+            return self.protocol.answer(payload, explain)
         except AnswerError as exc:
             raise EndpointError(self.scrub(f"{self.where}: {exc}")) from None
 
     def _post(self, rows: list, explain: str | None) -> Any:
         """One request for a chunk, with retries; returns the answer field."""
         data = json.dumps(self.protocol.body(rows, explain)).encode()
+        return self._send(self.protocol.target(explain), data, len(rows), explain)
+
+    def get_json(self, url: str) -> Any:
+        """GET `url` (start-up: model metadata, status, ping) with the same retries; its JSON
+        body. Each attempt is charged as one row to the scan's cap before it is sent."""
+        self.bill(1)
+        return self._send(url, None, 1, None)
+
+    def _send(self, url: str, data: bytes | None, rows: int, explain: str | None) -> Any:
+        """One request (its first try already charged), with retries charged before re-sending."""
         attempts = self.spec.retries + 1
         last, last_kind = "", ""
         who = self.caller()
         for attempt in range(attempts):
             if attempt:
                 try:
-                    self.bill(len(rows))
+                    self.bill(rows)
                 except BudgetExhausted:
                     raise EndpointFaults(self.scrub(
                         f"{self.where}: the query budget ran out re-sending rows after faults "
                         f"({self.stats.rows_resent} rows re-sent; last fault: {last})")) from None
-            self.stats.sent(who, len(rows), retry=attempt > 0)
+            self.stats.sent(who, rows, retry=attempt > 0)
             try:
-                return self._attempt(data)
+                return self._attempt(url, data, explain)
             except _Transient as exc:
                 self.stats.fault(exc.kind, who)
                 last, last_kind, wait = str(exc), exc.kind, exc.wait
@@ -406,8 +429,8 @@ class RemoteBackend:
     def explain(self, x: torch.Tensor, kind: str, gen: torch.Generator) -> torch.Tensor:
         """Explanations (N, d) of `kind` (gradient | smoothgrad), computed by the endpoint."""
         if not self.protocol.offers_explain():
-            raise InterfaceError(f"{self.where}: the json request_template has no \"$explain\" "
-                                 "placeholder, so explanations cannot be requested")
+            raise InterfaceError(f"{self.where}: the {self.protocol.name} request_template has no "
+                                 "\"$explain\" placeholder, so explanations cannot be requested")
         return torch.as_tensor(self._ask(x, kind))
 
     def weights(self) -> dict[str, torch.Tensor]:

@@ -83,6 +83,31 @@ def read_token(spec: Any) -> str | None:
     return token.strip()
 
 
+def read_headers(spec: Any) -> dict[str, str]:
+    """The `headers` map's values, read from the environment variables it names (the same rule as
+    auth_env: LEAKMETER_* or a variable chosen with --auth-env); registered with the scrubber.
+    BadInput naming the header for a variable that is not allowed, not set, or not sendable."""
+    from victims.http.secrets import valid_header_value
+
+    out: dict[str, str] = {}
+    for header, ref in (spec.headers or {}).items():
+        name = ref.removeprefix("$env:")
+        if not name.startswith(AUTH_PREFIX) and name not in _chosen:
+            raise BadInput(f"victim.endpoint.headers.{header}: ${name} is not a variable a scenario may "
+                           f"send: only variables starting with {AUTH_PREFIX} (the value goes to the "
+                           "scenario's URL)")
+        value = os.environ.get(name, "").strip()
+        SECRETS.add(value)
+        if not value:
+            raise BadInput(f"victim.endpoint.headers.{header}: the environment variable {name} is not set "
+                           "or empty")
+        if not valid_header_value(value):
+            raise BadInput(f"victim.endpoint.headers.{header}: the value of ${name} cannot be sent in an "
+                           "HTTP header (control characters, a line break or non-ASCII); value not shown")
+        out[header] = value
+    return out
+
+
 def _public_shape(s: Any) -> dict[str, Any]:
     """dim, task, classes, pool and input range from the scenario's dataset (when it names one)
     and the endpoint spec; BadInput when they disagree or the dimension is unknown."""
@@ -141,7 +166,10 @@ def build_remote_victim(s: Any) -> Victim:
                        f"of the endpoint ({need} row(s)); nothing was sent")
     backend = RemoteBackend(ep, dim=pub["dim"], task=task or "multiclass",
                             n_classes=pub["n_classes"] or 0, n_outputs=n_out or 0, token=token,
-                            budget=ep.max_rows)
+                            budget=ep.max_rows, headers=read_headers(ep))
+    from victims.http.discover import startup
+
+    found = startup(backend, s, pub, token)
     probe = _probe(backend, s, pub)
     task, n_classes, n_out = probe["task"], probe["n_classes"], probe["n_outputs"]
     backend.task, backend.n_classes, backend.n_outputs = task, n_classes, n_out
@@ -158,7 +186,8 @@ def build_remote_victim(s: Any) -> Victim:
     )
     record: dict[str, Any] = {
         "endpoint": {"url": where, "protocol": ep.protocol, "max_batch": ep.max_batch,
-                     "verify_tls": ep.verify_tls, "auth": bool(token), "stats": backend.stats.__dict__},
+                     "verify_tls": ep.verify_tls, "auth": bool(token), "headers": sorted(ep.headers or {}),
+                     **found, "stats": backend.stats.__dict__},
         "notes": [f"remote endpoint {where}: defenses are applied by the endpoint, not by leakmeter"],
         "device": str(device), "dtype": "float64",
     }
@@ -211,7 +240,7 @@ def _probe(backend: RemoteBackend, s: Any, pub: dict[str, Any]) -> dict[str, Any
             backend.bill(len(x))
             backend.explain(x, s.interface.kind, torch.Generator())
     except BudgetExhausted:
-        raise BadInput(f"defenses.query_budget: {backend.startup_budget} is too small for the start-up "
+        raise BadInput(f"victim.endpoint.max_rows: {backend.startup_budget} is too small for the start-up "
                        f"check of the endpoint {backend.where} and its retries "
                        f"({backend.unbilled} rows sent)") from None
     except (EndpointError, InterfaceError) as exc:

@@ -1,5 +1,6 @@
-"""The reference endpoint: a victim served over HTTP with MLflow's scoring protocol, on FastAPI
-and uvicorn.
+"""The reference endpoint: a victim served over HTTP with MLflow's scoring protocol (or, with
+`protocol`, the Open Inference Protocol or KServe V1: victims/http/server_oip.py), on FastAPI and
+uvicorn.
 
     POST /invocations  {"inputs": [[...], ...], "params": {"explain": "gradient"}}
                        → {"predictions": [...]}
@@ -129,9 +130,14 @@ def parse_request(raw: bytes, served: ServedModel) -> tuple[np.ndarray, str | No
     return x, explain
 
 
+PROTOCOLS = ("mlflow", "kserve-v2", "kserve-v1")
+
+
 def make_app(served: ServedModel, budgets: KeyBudgets, keys: set[str] | None,
-             limits: ServerLimits = ServerLimits(), log: Any = None) -> Any:
-    """The ASGI app (FastAPI) for one served victim."""
+             limits: ServerLimits = ServerLimits(), log: Any = None, protocol: str = "mlflow",
+             model_name: str = "model") -> Any:
+    """The ASGI app (FastAPI) for one served victim, speaking `protocol` (victims/http/server_oip.py
+    holds the kserve-v2 and kserve-v1 shapes) for the model `model_name`."""
     import anyio
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse, Response
@@ -145,7 +151,9 @@ def make_app(served: ServedModel, budgets: KeyBudgets, keys: set[str] | None,
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         if exc.status == 503:
             headers = {"Retry-After": "1"}
-        return JSONResponse({"error_code": exc.code, "message": exc.message}, exc.status, headers)
+        body = ({"error_code": exc.code, "message": exc.message} if protocol == "mlflow"
+                else {"error": exc.message, "error_code": exc.code})  # V1 / V2: {"error": ...}
+        return JSONResponse(body, exc.status, headers)
 
     def access(request: Request, status: int) -> None:
         if log is not None:  # method, path and status only: never headers, keys or query strings
@@ -175,24 +183,24 @@ def make_app(served: ServedModel, budgets: KeyBudgets, keys: set[str] | None,
         finally:
             await buffered.give(size)
 
-    def answer(raw: bytes, key: str) -> list:
-        x, explain = parse_request(raw, served)
+    def compute(raw: bytes, key: str, parse: Any, shape: Any) -> Any:
+        x, explain, want = parse(raw, served)
         budgets.charge(key, len(x))
         y = served.answer(x, explain)
         if not np.isfinite(y).all():  # e.g. inputs of ±1e308 overflow the model
             raise RequestError(422, "UNPROCESSABLE_INPUT", "the answer for these inputs is not finite "
                                "(inputs too large for the model?)")
-        return y.tolist()
+        return shape(y, explain, want)
 
-    @app.post("/invocations")
-    async def invocations(request: Request) -> Response:
+    async def handle(request: Request, parse: Any, shape: Any) -> Response:
+        """Authenticate, read the body, answer in a worker thread; errors in the protocol's shape."""
         try:
             key = api_key(request.headers, keys)
             raw = await read_body(request)
             if not raw:
                 raise RequestError(400, "BAD_REQUEST", "a JSON body is required")
-            out = await anyio.to_thread.run_sync(answer, raw, key, limiter=workers)
-            response: Response = JSONResponse({"predictions": out})
+            out = await anyio.to_thread.run_sync(compute, raw, key, parse, shape, limiter=workers)
+            response: Response = JSONResponse(out)
         except RequestError as exc:
             response = error(exc)
         except Exception as exc:  # noqa: BLE001 - a server bug: one line, a 500, no traceback
@@ -201,6 +209,23 @@ def make_app(served: ServedModel, budgets: KeyBudgets, keys: set[str] | None,
             response = error(RequestError(500, "INTERNAL_ERROR", type(exc).__name__))
         access(request, response.status_code)
         return response
+
+    async def for_model(name: str, request: Request, parse: Any, shape: Any) -> Response:
+        """`handle` for the served model's name; 404 in the protocol's shape for any other."""
+        if name != model_name:
+            access(request, 404)
+            return error(RequestError(404, "MODEL_NOT_FOUND", f"no model named {name[:64]!r}"))
+        return await handle(request, parse, shape)
+
+    if protocol == "mlflow":
+        @app.post("/invocations")
+        async def invocations(request: Request) -> Response:
+            return await handle(request, lambda raw, sv: (*parse_request(raw, sv), None),
+                                lambda y, _e, _w: {"predictions": y.tolist()})
+    else:
+        from victims.http.server_oip import add_routes
+
+        add_routes(app, protocol, served, model_name, for_model, error, access)
 
     @app.get("/ping")
     @app.get("/health")
@@ -232,8 +257,10 @@ class VictimServer:
 
     def __init__(self, served: ServedModel, host: str = "127.0.0.1", port: int = 0,
                  budget: int | None = None, keys: set[str] | None = None, log: Any = None,
-                 limits: ServerLimits | None = None):
+                 limits: ServerLimits | None = None, protocol: str = "mlflow", model_name: str = "model"):
         import uvicorn
+
+        self.protocol, self.model_name = protocol, model_name
 
         self.limits = limits or ServerLimits()
         self.budgets = KeyBudgets(budget, keys)
@@ -248,7 +275,7 @@ class VictimServer:
         except OSError:
             self.sock.close()
             raise
-        app = make_app(served, self.budgets, keys, self.limits, log)
+        app = make_app(served, self.budgets, keys, self.limits, log, protocol, model_name)
         config = uvicorn.Config(app, http=guarded_protocol(self.limits), ws="none", lifespan="off",
                                 log_config=None, log_level="error", access_log=False,
                                 timeout_keep_alive=int(self.limits.keep_alive_s),
@@ -264,7 +291,8 @@ class VictimServer:
     def url(self) -> str:
         host = self.sock.getsockname()[0]
         host = f"[{host}]" if ":" in host else host
-        return f"http://{host}:{self.port}/invocations"
+        path = {"kserve-v2": f"/v2/models/{self.model_name}", "kserve-v1": f"/v1/models/{self.model_name}"}
+        return f"http://{host}:{self.port}{path.get(self.protocol, '/invocations')}"
 
     def start(self, timeout_s: float = 30.0) -> VictimServer:
         """Serve in a background thread; returns self once the server accepts connections."""

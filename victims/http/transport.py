@@ -177,15 +177,16 @@ def _read(resp: requests.Response, limit: int) -> tuple[bytes, bool]:
     return bytes(buf), False
 
 
-def exchange(session: requests.Session, url: str, data: bytes, timeout_s: float, deadline_s: float,
+def exchange(session: requests.Session, url: str, data: bytes | None, timeout_s: float, deadline_s: float,
              max_bytes: int) -> Reply:
-    """POST `data`, return the whole answer. Raises DeadlineExceeded, TooLarge (a 2xx answer over
-    `max_bytes`) or requests' own exceptions (connection failures, per-operation timeouts)."""
+    """POST `data` (GET when None), return the whole answer. Raises DeadlineExceeded, TooLarge (a
+    2xx answer over `max_bytes`) or requests' own exceptions (connection failures, per-operation
+    timeouts)."""
     watch = _Watch(deadline_s).start()
     _current.watch = watch
     try:
-        resp = session.post(url, data=data, timeout=(timeout_s, timeout_s), allow_redirects=False,
-                            stream=True)
+        resp = session.request("GET" if data is None else "POST", url, data=data,
+                               timeout=(timeout_s, timeout_s), allow_redirects=False, stream=True)
         try:
             ok = 200 <= resp.status_code < 300
             declared = resp.headers.get("Content-Length", "")

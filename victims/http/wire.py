@@ -9,6 +9,15 @@ protocol puts it.
 - `json`: any request template with "$inputs" / "$explain" placeholders (and "$auth", filled
   with the token from the environment: a template never holds a secret itself), and a dotted
   response path such as "result.scores" or "outputs[0]".
+- `kserve-v1` (KServe V1, TF Serving REST): POST {url}:predict {"instances": rows} →
+  {"predictions": ...}; explanations from POST {url}:explain → {"explanations": ...}.
+- `torchserve`: POST {host}/predictions/{model} and /explanations/{model}; the body a handler
+  takes is a template (default {"data": "$inputs"}), the answer the whole body or response_path.
+- `kserve-v2` (the Open Inference Protocol) lives in victims/http/wire_v2.py; `auto` is resolved
+  at start-up by victims/http/discover.py.
+
+Every adapter learns its URL (`bind`, credentials already removed) and may POST somewhere else
+than it (`target`): the client only sends and reads.
 """
 
 from __future__ import annotations
@@ -16,28 +25,9 @@ from __future__ import annotations
 from typing import Any
 
 from victims.http.protocol import AUTH, EXPLAIN, extract_path, fill, template_has
-from victims.http.secrets import clip
+from victims.http.wire_base import AnswerError, WireProtocol, answer_field, error_text
 
-
-class AnswerError(Exception):
-    """The response holds no answer where the protocol puts it; the message says what it holds."""
-
-
-class WireProtocol:
-    """One protocol: `body(rows, explain)` → JSON-able request; `answer(payload)` → the answer
-    field of a parsed response."""
-
-    name = "?"
-    sends_token = False  # True: the token travels in the body, not in a header
-
-    def body(self, rows: list, explain: str | None) -> Any:
-        raise NotImplementedError
-
-    def answer(self, payload: Any) -> Any:
-        raise NotImplementedError
-
-    def offers_explain(self) -> bool:
-        return True
+__all__ = ["AnswerError", "WireProtocol", "error_text", "make_protocol"]
 
 
 class MlflowProtocol(WireProtocol):
@@ -49,12 +39,9 @@ class MlflowProtocol(WireProtocol):
             out["params"] = {"explain": explain}
         return out
 
-    def answer(self, payload: Any) -> Any:
+    def answer(self, payload: Any, explain: str | None = None) -> Any:
         if isinstance(payload, dict):
-            if "predictions" not in payload:
-                keys = ", ".join(clip(k, 40) for k in list(payload)[:5])  # scrubbed, then cut
-                raise AnswerError(f"the response has no 'predictions' field (keys: {keys})")
-            return payload["predictions"]
+            return answer_field(payload, "predictions", "MLflow scoring protocol")
         return payload
 
 
@@ -70,10 +57,13 @@ class JsonTemplateProtocol(WireProtocol):
     def body(self, rows: list, explain: str | None) -> Any:
         return fill(self.template, rows, explain, self.token)
 
-    def answer(self, payload: Any) -> Any:
+    def answer(self, payload: Any, explain: str | None = None) -> Any:
         try:
             return extract_path(payload, self.path)
         except (KeyError, IndexError, ValueError, TypeError):
+            err = error_text(payload)
+            if err is not None:
+                raise AnswerError(f"answered an error: {err}") from None
             raise AnswerError(f"the response has no field {self.path!r} "
                               "(victim.endpoint.response_path)") from None
 
@@ -81,8 +71,63 @@ class JsonTemplateProtocol(WireProtocol):
         return template_has(self.template, EXPLAIN)
 
 
+class KServeV1Protocol(WireProtocol):
+    """KServe V1 / TF Serving REST (row format): {url}:predict and {url}:explain."""
+
+    name = "kserve-v1"
+
+    def target(self, explain: str | None) -> str:
+        return f"{self.url.rstrip('/')}:{'explain' if explain else 'predict'}"
+
+    def body(self, rows: list, explain: str | None) -> Any:
+        return {"instances": rows}
+
+    def answer(self, payload: Any, explain: str | None = None) -> Any:
+        if explain and isinstance(payload, dict) and "explanations" in payload:
+            return payload["explanations"]
+        return answer_field(payload, "predictions", "KServe V1 / TF Serving")
+
+
+class TorchServeProtocol(JsonTemplateProtocol):
+    """TorchServe's inference API: POST {host}/predictions/{model}[/{version}], explanations at
+    /explanations/; the handler's body is a template, the answer the whole body (a list) or
+    the field at `response_path`."""
+
+    name = "torchserve"
+
+    def __init__(self, template: Any, response_path: str | None, token: str | None):
+        super().__init__(template or {"data": "$inputs"}, response_path, token)
+        self.path = response_path
+
+    def target(self, explain: str | None) -> str:
+        if not explain:
+            return self.url
+        head, sep, tail = self.url.rpartition("/predictions/")
+        return f"{head}/explanations/{tail}" if sep else self.url
+
+    def answer(self, payload: Any, explain: str | None = None) -> Any:
+        if self.path:
+            return super().answer(payload, explain)
+        if isinstance(payload, list):
+            return payload
+        return answer_field(payload, "predictions", "TorchServe: the handler's answer is read whole when "
+                            "it is a list; else set victim.endpoint.response_path")
+
+    def offers_explain(self) -> bool:
+        return True
+
+
 def make_protocol(spec: Any, token: str | None) -> WireProtocol:
-    """The adapter for `victim.endpoint.protocol`."""
+    """The adapter for `victim.endpoint.protocol` (`auto`: MLflow's until the start-up probe,
+    victims/http/discover.py, names the one that answered)."""
     if spec.protocol == "json":
         return JsonTemplateProtocol(spec.request_template, spec.response_path, token)
+    if spec.protocol == "torchserve":
+        return TorchServeProtocol(spec.request_template, spec.response_path, token)
+    if spec.protocol == "kserve-v1":
+        return KServeV1Protocol()
+    if spec.protocol == "kserve-v2":
+        from victims.http.wire_v2 import OpenInferenceProtocol
+
+        return OpenInferenceProtocol(spec)
     return MlflowProtocol()
