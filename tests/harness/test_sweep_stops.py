@@ -45,6 +45,7 @@ def _alive(marker: str) -> list[str]:
     return out
 
 
+@pytest.mark.slow  # a real 2-cell sweep with worker processes, stopped by SIGTERM: ~25 s
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc to look for stray workers")
 def test_sigterm_stops_a_local_sweep_its_workers_and_its_runs(tmp_path, tracking_uri):
     from mlflow.tracking import MlflowClient
