@@ -376,9 +376,7 @@ def evaluate(dep: Deployment, workdir: Path) -> dict[str, Any]:
         call = "ok"
     return {"name": dep.name, "what": dep.what, "verdict": rep["verdict"], "wall_s": wall,
             "failing": [a["name"] for a in failing], "leaks": leaks, "call": call, **ind,
-            "copies": ", ".join(f"{a['name']} {a['metrics'].get('fidelity', float('nan')):.3f}/"
-                                f"{a['metrics'].get('kappa', float('nan')):.2f}" for a in failing
-                                if a.get("family") == "extraction"),
+            "copies": ", ".join(_copy_text(a) for a in failing if a.get("family") == "extraction"),
             "statuses": {a["name"]: (a["status"], a.get("risk")) for a in rep["attacks"]}}
 
 
@@ -386,7 +384,14 @@ def _scored_copy(a: dict[str, Any]) -> bool:
     """An extraction entry whose copy agrees with the victim on its test split at the leak bar
     (agreement ≥ 0.95, κ ≥ 0.9), or reproduces it (output R² ≥ 0.99)."""
     m = a.get("metrics") or {}
-    return (m.get("fidelity", 0) >= 0.95 and m.get("kappa", 0) >= 0.9) or m.get("output_r2", 0) >= 0.99
+    agreement = m.get("fidelity", m.get("agreement", 0))  # the surrogate's name, the exact attacks'
+    return (agreement >= 0.95 and m.get("kappa", 0) >= 0.9) or m.get("output_r2", 0) >= 0.99
+
+
+def _copy_text(a: dict[str, Any]) -> str:
+    m = a.get("metrics") or {}
+    agreement = m.get("fidelity", m.get("agreement", float("nan")))
+    return f"{a['name']} {agreement:.3f}/{m.get('kappa', float('nan')):.2f}"
 
 
 def table(rows: list[dict[str, Any]]) -> None:
