@@ -29,14 +29,17 @@ or outputs that are not piecewise linear, are `skipped` with the reason.
 
 from __future__ import annotations
 
+import math
+
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
 from harness.attacks.extraction.deep_extract import DeepExtraction
-from harness.attacks.extraction.exact import check_tolerance, gradient_tolerance
+from harness.attacks.extraction.exact import check_tolerance, extract, gradient_tolerance
 from harness.attacks.extraction.fidelity import judge_fidelity
+from harness.attacks.extraction.gradient_exact import GradientExactParams
 from harness.attacks.extraction.piecewise import linear_pieces_test
 from harness.attacks.gradients import estimate_noise
-from harness.errors import AttackSkipped, PrecisionLimit
+from harness.errors import AttackSkipped, AttackStopped, PrecisionLimit
 
 
 class CryptanalyticParams(Params):
@@ -52,6 +55,7 @@ class CryptanalyticParams(Params):
     check_points: int = 2048  # fresh queries of the final self-check (256 for a first one)
     check_tol: float | None = None  # self-check max relative error; None: from the answers' noise
     max_seconds: float = 600.0  # the attack's own time limit (stopped_by: time, partial network)
+    coarse_lines: int = 4  # lines for the first layer when the answers are not float64-clean
 
 
 @register
@@ -79,18 +83,44 @@ class Cryptanalytic(Attack):
         if explain:
             _, randomized = gradient_tolerance(oracle, ctx.gen)
             explain = not randomized
-        if noise.randomized:
-            raise PrecisionLimit(f"the answers are randomized ({noise.describe()}): exact extraction "
-                                 "needs deterministic answers")
         why = linear_pieces_test(oracle, noise, ctx.gen)
         if why:
             raise AttackSkipped(why)
+        if noise.rel >= 1e-12 or noise.randomized:
+            return coarse_answers(oracle, ctx, params, noise, explain)
         check_tol = check_tolerance(noise, params.check_tol, "gradients", oracle.info.dim)
         run = DeepExtraction(oracle, ctx, params, noise, explain, check_tol)
         return run.run()
 
     def judge(self, m, artifact):
         return judge_fidelity(m)
+
+
+def coarse_answers(oracle, ctx, params: CryptanalyticParams, noise, explain: bool) -> Artifact:
+    """Answers that are not float64-clean (float32 arithmetic, rounding): the layers beyond the
+    first need exact critical points, so only the first layer is extracted, as the one-hidden-layer
+    attacks do it on coarse answers (exact.py: noise-aware kinks, planes re-measured where they
+    are), with a least-squares output layer: the partial network, scored like any other. It is
+    the answer only when it matches fresh queries to their own precision (a one-hidden-layer
+    victim); otherwise the attack stops with `stopped_by: precision`."""
+    p = GradientExactParams(max_lines=params.coarse_lines)
+    search = "gradients" if explain else "values"
+    try:
+        art = extract(oracle, ctx, p, search)
+    except AttackStopped as exc:
+        art = exc.artifact or ctx.best
+        if art is None or exc.stopped_by not in ("precision", "assumption"):
+            raise
+    art.metrics.update(layers_found=1.0, log2_queries=math.log2(max(oracle.queries, 1)))
+    art.notes.append(f"{noise.describe()}: only the first layer was sought (a one-hidden-layer "
+                     "network fitted); deeper layers need float64-clean answers")
+    if art.stopped_by is None:
+        return art
+    err = art.metrics.get("self_check_error", float("nan"))
+    raise PrecisionLimit(
+        f"the answers are not float64-clean ({noise.describe()}): the exact extraction of layers "
+        "beyond the first needs exact critical points; the one-hidden-layer approximation it "
+        f"kept misses fresh queries (max relative error {err:.3g})", artifact=art)
 
 
 def architecture_skip(spec) -> str | None:

@@ -78,6 +78,23 @@ def test_declines_smooth_activations(tmp_path):
     assert r.status == "skipped" and "tanh" in r.reason and r.queries == 0
 
 
+@pytest.mark.parametrize("kw", [{"dtype": "float32"}, {"defenses": {"rounding": {"decimals": 4}}},
+                                {"defenses": {"output_noise": {"sigma": 1e-5}}}])
+def test_coarse_answers_stop_on_precision_with_a_scored_partial_network(kw, tmp_path):
+    """Float32, rounded or noisy answers: no exact deep extraction; the partial network (its
+    first layer, a least-squares output) is scored, and the run is never a pass."""
+    r = run_direct(deep_net(10, [10, 10], **kw), tmp_path)
+    assert r.stopped_by == "precision" and r.status == "incomplete", (r.status, r.reason)
+    assert "float64-clean" in r.reason and "output_error" in r.metrics
+    assert r.risk in ("low", "medium")
+
+
+def test_float32_one_hidden_layer_is_a_working_copy(tmp_path):
+    r = run_direct(deep_net(16, [8], dtype="float32"), tmp_path)
+    assert r.status == "ok" and r.stopped_by is None and r.risk == "high", r.reason
+    assert r.metrics["output_error"] <= 1e-4
+
+
 def test_budget_stop_keeps_what_it_has(tmp_path):
     r = run_direct(deep_net(10, [10, 10], defenses={"query_budget": 3000}), tmp_path)
     assert r.stopped_by == "budget" and r.queries <= 3000
