@@ -38,6 +38,7 @@ from harness.attacks.extraction.exact import check_tolerance, extract, gradient_
 from harness.attacks.extraction.fidelity import judge_fidelity
 from harness.attacks.extraction.gradient_exact import GradientExactParams
 from harness.attacks.extraction.piecewise import linear_pieces_test
+from harness.attacks.extraction.precision_bits import bits_needed
 from harness.attacks.gradients import estimate_noise
 from harness.errors import AttackSkipped, AttackStopped, PrecisionLimit
 
@@ -56,6 +57,8 @@ class CryptanalyticParams(Params):
     check_tol: float | None = None  # self-check max relative error; None: from the answers' noise
     max_seconds: float = 600.0  # the attack's own time limit (stopped_by: time, partial network)
     coarse_lines: int = 4  # lines for the first layer when the answers are not float64-clean
+    exact_noise: float = 1e-12  # answers noisier than this (relative) take the coarse path
+    measure_bits: bool = True  # replay on the extracted copy to measure the output bits needed
 
 
 @register
@@ -86,11 +89,17 @@ class Cryptanalytic(Attack):
         why = linear_pieces_test(oracle, noise, ctx.gen)
         if why:
             raise AttackSkipped(why)
-        if noise.rel >= 1e-12 or noise.randomized:
+        if noise.rel >= params.exact_noise or noise.randomized:
             return coarse_answers(oracle, ctx, params, noise, explain)
         check_tol = check_tolerance(noise, params.check_tol, "gradients", oracle.info.dim)
-        run = DeepExtraction(oracle, ctx, params, noise, explain, check_tol)
-        return run.run()
+        art = DeepExtraction(oracle, ctx, params, noise, explain, check_tol).run()
+        if params.measure_bits and art.stopped_by is None:
+            bits = bits_needed(self, params, art.data["model"], oracle, ctx.seed)
+            if bits is not None:
+                art.metrics["output_bits_needed"] = bits
+                art.notes.append(f"replayed on its own copy with rounded answers, the attack needs "
+                                 f"{bits:g} bits of output precision (fewer stop it)")
+        return art
 
     def judge(self, m, artifact):
         return judge_fidelity(m)

@@ -23,7 +23,7 @@ def deep_net(d, hidden, *, seed=0, interface="gradient", output="logits", task="
         "interface": {"kind": interface, "output": output, "gradient_of": gradient_of},
         "defenses": defenses or {},
         "attacker": {"knows_architecture": knows, "seed": attacker_seed},
-        "attacks": [{"name": "cryptanalytic", "params": params or {}}],
+        "attacks": [{"name": "cryptanalytic", "params": {"measure_bits": False, **(params or {})}}],
         "tracking": {"enabled": False},
     })
 
@@ -101,9 +101,16 @@ def test_budget_stop_keeps_what_it_has(tmp_path):
     assert r.status == "ok"  # the scenario's own budget: the defense under test
 
 
-def test_queries_are_reported_in_bits(tmp_path):
-    r = run_direct(deep_net(10, [10, 10]), tmp_path)
-    assert math.isclose(r.metrics["log2_queries"], math.log2(r.queries), abs_tol=1e-9)
+def test_queries_and_output_precision_are_reported_in_bits(tmp_path):
+    """log2 of the queries, and the output bits the attack needs, measured by replaying it on its
+    own copy with rounded answers: fewer bits (here, 4 decimals of outputs of size ~0.02, about
+    8 bits) stop it on the real victim."""
+    r = run_direct(deep_net(10, [10, 10], params={"measure_bits": True}), tmp_path)
+    m = r.metrics
+    assert math.isclose(m["log2_queries"], math.log2(r.queries), abs_tol=0.01)
+    assert 12 < m["output_bits_needed"] <= 52
+    coarse = run_direct(deep_net(10, [10, 10], defenses={"rounding": {"decimals": 4}}), tmp_path / "r")
+    assert coarse.stopped_by == "precision"
 
 
 @pytest.mark.slow
