@@ -56,7 +56,7 @@ class CryptanalyticParams(Params):
     check_points: int = 2048  # fresh queries of the final self-check (256 for a first one)
     check_tol: float | None = None  # self-check max relative error; None: from the answers' noise
     max_seconds: float = 600.0  # the attack's own time limit (stopped_by: time, partial network)
-    coarse_lines: int = 4  # lines for the first layer when the answers are not float64-clean
+    coarse_lines: int = 2  # lines for the first layer when the answers are not float64-clean
     exact_noise: float = 1e-12  # answers noisier than this (relative) take the coarse path
     measure_bits: bool = True  # replay on the extracted copy to measure the output bits needed
 
@@ -112,7 +112,8 @@ def coarse_answers(oracle, ctx, params: CryptanalyticParams, noise, explain: boo
     are), with a least-squares output layer: the partial network, scored like any other. It is
     the answer only when it matches fresh queries to their own precision (a one-hidden-layer
     victim); otherwise the attack stops with `stopped_by: precision`."""
-    p = GradientExactParams(max_lines=params.coarse_lines)
+    # a smooth net that passed the piecewise test shows kinks everywhere: capped, it stops early
+    p = GradientExactParams(max_lines=params.coarse_lines, max_units=256)
     search = "gradients" if explain else "values"
     try:
         art = extract(oracle, ctx, p, search)

@@ -169,6 +169,9 @@ class DeepExtraction:
     def accept(self, walk) -> bool:
         """Check a determined surface far away; keep it (polished) as a neuron of the layer."""
         passed, off, missing, located = self.follower.verify(walk.theta)
+        if passed < 3 and off == 0 and missing <= 1:  # checks that saw nothing: four more
+            p2, o2, m2, l2 = self.follower.verify(walk.theta)
+            passed, off, missing, located = passed + p2, off + o2, missing + m2, located + l2
         if passed >= 3 and off == 0 and missing <= 1:
             self.layer.append(self._polish(walk, located))
             self.follower.signs = self.known_signs()
@@ -267,8 +270,12 @@ class DeepExtraction:
         y = rl.ask(self.oracle, x)
         keep = ~y.isnan().any(1)
         phi = known.features(x[keep], h_block=True)
-        col = phi.norm(dim=0).clamp_min(1e-300)
-        coef = (rl.lstsq(phi / col, y[keep]) / col[:, None]).T  # (K, D)
+        col = phi.norm(dim=0)
+        # a feature (nearly) zero on every fit point carries no information here: left out, or
+        # least squares scales it up to fit one point and the model explodes where it is active
+        used = col > 1e-9 * float(col.max())
+        coef = torch.zeros(y.shape[1], phi.shape[1], dtype=phi.dtype, device=phi.device)
+        coef[:, used] = (rl.lstsq(phi[:, used] / col[used], y[keep]) / col[used, None]).T
         layers = [(w, b, None) for w, b in zip(known.w, known.b, strict=True)]
         if known.depth == 0:
             layers = [(coef[:, :-1], coef[:, -1], None)]

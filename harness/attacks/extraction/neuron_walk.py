@@ -332,16 +332,17 @@ class SurfaceFollower:
     def _launch(self, visited, target: int, tried) -> int:
         """The visited critical point nearest `target`'s boundary along its own plane, not yet
         launched toward it (−1: none left)."""
-        best, best_d = -1, float("inf")
-        for i, (x, nu, _) in enumerate(visited):
-            if (i, target) in tried:
-                continue
-            g = self.known.unit_gradient(x, target)
-            gt = g - (g @ nu) * nu
-            d = abs(self.known.unit_value(x, target)) / max(float(gt.norm()), 1e-300)
-            if d < best_d:
-                best, best_d = i, d
-        return best
+        free = [i for i in range(len(visited)) if (i, target) not in tried]
+        if not free:
+            return -1
+        x = torch.stack([visited[i][0] for i in free])
+        nu = torch.stack([visited[i][1] for i in free])
+        jac, _ = self.known.jacobians(x)  # all visited points in one batch
+        g = torch.cat([j for j in jac], 1)[:, target]
+        gt = g - (g * nu).sum(1, keepdim=True) * nu
+        u = torch.cat(self.known.pre(x), 1)[:, target]
+        d = u.abs() / gt.norm(dim=1).clamp_min(1e-300)
+        return free[int(torch.argmin(d))]
 
     def _heading(self, x, nu, target: int) -> torch.Tensor | None:
         """A direction on the surface's plane at x toward `target`'s boundary that keeps every

@@ -1,10 +1,10 @@
 """How many bits of output precision the exact extraction needs — the measure of a rounding
 defense that falls out of a successful run. The attacker holds an exact copy of the model, so it
 can replay its own attack, without a single query to the victim, against that copy behind an
-API that rounds every answer to b bits (a grid step of 2^−b times the outputs' RMS, or of 2^−b
-for probabilities), and bisect b between the bits at which the replay still extracts the copy
-exactly (max relative error ≤ 1e-6 on fresh inputs) and those at which it stops. Rounding the
-real answers coarser than the reported bits stops this attack (Carlini, Jagielski, Mironov 2020,
+API whose answers carry b significant bits (float64 carries 53, float32 24), and bisect b
+between the bits at which the replay still extracts the copy exactly (max relative error ≤ 1e-6
+on fresh inputs) and those at which it stops. Answers coarser than the reported bits stop this
+attack (Carlini, Jagielski, Mironov 2020,
 Sec. 4–6: precision is what the differential attack spends)."""
 
 from __future__ import annotations
@@ -31,12 +31,19 @@ class _Info:
     device: torch.device
 
 
-class RoundedCopy:
-    """An oracle-like view of the attacker's own copy whose `predict` answers are rounded to
-    `bits` bits (logits: relative to their RMS; probabilities: absolute)."""
+def significant(z: torch.Tensor, bits: float) -> torch.Tensor:
+    """z rounded to `bits` significant bits."""
+    _, exp = torch.frexp(z)
+    step = torch.ldexp(torch.ones_like(z), (exp - int(bits)).to(torch.int32))
+    return torch.round(z / step) * step
 
-    def __init__(self, model, info: _Info, bits: float, scale: float):
-        self.model, self.info, self.bits, self.scale = model, info, bits, scale
+
+class RoundedCopy:
+    """An oracle-like view of the attacker's own copy whose `predict` answers carry `bits`
+    significant bits."""
+
+    def __init__(self, model, info: _Info, bits: float):
+        self.model, self.info, self.bits = model, info, bits
         self.queries = 0
 
     interface = property(lambda self: self.info.interface)
@@ -64,10 +71,7 @@ class RoundedCopy:
                 z = torch.cat([1 - torch.sigmoid(z), torch.sigmoid(z)], 1)
             else:
                 z = torch.softmax(z, 1)
-            step = 2.0 ** -self.bits
-        else:
-            step = self.scale * 2.0 ** -self.bits
-        return torch.round(z / step) * step
+        return significant(z, self.bits)
 
     def explain(self, x: Any) -> torch.Tensor:
         x = torch.as_tensor(x, dtype=torch.float64).reshape(-1, self.info.dim).clone()
@@ -87,9 +91,9 @@ class RoundedCopy:
         return g.detach()
 
 
-def _replay(attack, params, model, info: _Info, bits: float, scale: float, seed: int) -> bool:
+def _replay(attack, params, model, info: _Info, bits: float, seed: int) -> bool:
     """Does the attack, replayed against the copy rounded to `bits`, extract it exactly?"""
-    oracle = RoundedCopy(model, info, bits, scale)
+    oracle = RoundedCopy(model, info, bits)
     gen = torch.Generator().manual_seed(seed)
     ctx = RunContext(seed=seed, rng=None, gen=gen, device=info.device, outdir=None)
     try:
@@ -106,7 +110,7 @@ def _replay(attack, params, model, info: _Info, bits: float, scale: float, seed:
     return float((f - g).abs().max()) <= 1e-6 * float(f.pow(2).mean().sqrt())
 
 
-def bits_needed(attack, params, model, view, seed: int, lo: int = 12, hi: int = 52) -> float | None:
+def bits_needed(attack, params, model, view, seed: int, lo: int = 12, hi: int = 53) -> float | None:
     """The fewest bits of output precision (in [lo, hi], to one bit) at which the attack replayed
     on its own copy `model` still extracts it exactly; None when even `hi` bits do not."""
     info = _Info(view.info.dim, max(1, view.info.n_outputs), view.output, view.interface,
@@ -114,16 +118,12 @@ def bits_needed(attack, params, model, view, seed: int, lo: int = 12, hi: int = 
                  getattr(view.info, "gradient_class", 0),
                  torch.zeros(0, view.info.dim, dtype=torch.float64), torch.device("cpu"))
     model = model.cpu()
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        probe = torch.randn(256, info.dim, generator=gen, dtype=torch.float64)
-        scale = float(model(probe).pow(2).mean().sqrt())
     inner = params.model_copy(update={"measure_bits": False})
-    if not _replay(attack, inner, model, info, hi, scale, seed):
+    if not _replay(attack, inner, model, info, hi, seed):
         return None
     while hi - lo > 1:  # invariant: hi succeeds, lo fails (or is the floor)
         mid = (lo + hi) // 2
-        if _replay(attack, inner, model, info, mid, scale, seed):
+        if _replay(attack, inner, model, info, mid, seed):
             hi = mid
         else:
             lo = mid
