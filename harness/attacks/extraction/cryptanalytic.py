@@ -12,12 +12,13 @@ next layer.
 The attacker knows nothing of the architecture (a declared one only tells it when a layer is
 complete). Layer 1: critical points on a long Gaussian line and their gradient jumps — the rows
 themselves. Layer m + 1: with layers 1..m known, each unexplained critical point is followed
-along its surface from region to region (one critical point and at most 6 queries per boundary
-crossed); the surface of a layer-(m + 1) neuron is a hyperplane in the features (ReLU(u_m),
-h_{m−1}, 1), whose coefficients are the neuron's row and, in the h_{m−1} block, the signature of
-layer m's orientations. The layer is then peeled off (its signs fixed), and the next one is
-sought among the critical points that were not. The output layer is fitted by least squares and
-the whole network is checked on fresh queries (harness/attacks/extraction/deep_extract.py).
+along its surface from region to region (a short line search and a check — 6 values, or the
+2-query gradient jump — per boundary crossed); the surface of a layer-(m + 1) neuron is a
+hyperplane in the features (ReLU(u_m), u_m or h_{m−1}, 1), whose coefficients are the neuron's
+row and, in the linear block, the signature of layer m's orientations. The layer is then peeled
+off (its signs fixed), and the next one is sought among the critical points that were not. The
+output layer is fitted by least squares and the whole network is checked on fresh queries
+(harness/attacks/extraction/deep_extract.py).
 
 Interfaces: `predict` with logits or probabilities (centred logits then), and the gradient
 interfaces, whose exact gradients give each jump in 2 queries instead of 2(d + 1)

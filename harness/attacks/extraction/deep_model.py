@@ -242,11 +242,3 @@ class KnownLayers:
 
     def unit_value(self, x: torch.Tensor, flat: int) -> float:
         return float(torch.cat(self.pre(x[None]), 1)[0, flat])
-
-    def layer_of(self, flat: int) -> tuple[int, int]:
-        """(layer index from 0, unit index) of a flat neuron index."""
-        for k, b in enumerate(self.b):
-            if flat < len(b):
-                return k, flat
-            flat -= len(b)
-        raise IndexError(flat)
