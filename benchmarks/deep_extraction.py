@@ -47,7 +47,7 @@ OUT = Path(tempfile.mkdtemp(prefix="leakmeter-deep-"))
 PAPER = {"10-10-10-1": 16.0, "10-20-20-1": 17.1, "40-20-10-10-1": 17.8, "80-40-20-1": 18.5}
 
 
-def net(sizes: str, seed: int, interface: str, measure_bits: bool, defenses=None):
+def net(sizes: str, seed: int, interface: str, measure_bits: bool, defenses=None, seconds=600.0):
     dims = [int(v) for v in sizes.split("-")]
     return scenario_from_dict({
         "name": "deep-bench", "seed": seed, "device": "cpu",
@@ -56,7 +56,8 @@ def net(sizes: str, seed: int, interface: str, measure_bits: bool, defenses=None
                             "task": "regression", "n_train": 50, "n_test": 1000, "attacker_pool": 20},
                    "training": {"dtype": "float64"}},
         "interface": {"kind": interface, "output": "logits"}, "defenses": defenses or {},
-        "attacks": [{"name": "cryptanalytic", "params": {"measure_bits": measure_bits}}],
+        "attacks": [{"name": "cryptanalytic", "params": {"measure_bits": measure_bits,
+                                                         "max_seconds": seconds}}],
         "tracking": {"enabled": False}})
 
 
@@ -109,7 +110,7 @@ def stop_bits(sizes: str, seed: int, interface: str) -> float | None:
     real victim exactly."""
     from victims.build import build_victim
 
-    s = net(sizes, seed, interface, False)
+    s = net(sizes, seed, interface, False, seconds=30.0)  # as the attack's own replay: 30 s a try
     base = build_victim(s)
 
     def ok(bits: int) -> bool:

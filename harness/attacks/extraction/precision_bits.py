@@ -110,15 +110,19 @@ def _replay(attack, params, model, info: _Info, bits: float, seed: int) -> bool:
     return float((f - g).abs().max()) <= 1e-6 * float(f.pow(2).mean().sqrt())
 
 
-def bits_needed(attack, params, model, view, seed: int, lo: int = 12, hi: int = 53) -> float | None:
+def bits_needed(attack, params, model, view, seed: int, lo: int = 12, hi: int = 53,
+                seconds: float = 30.0) -> float | None:
     """The fewest bits of output precision (in [lo, hi], to one bit) at which the attack replayed
-    on its own copy `model` still extracts it exactly; None when even `hi` bits do not."""
+    on its own copy `model` still extracts it exactly; None when even `hi` bits do not. A replay
+    that needs more than `seconds` counts as stopped (coarse answers make the exact search
+    wander before it gives up)."""
     info = _Info(view.info.dim, max(1, view.info.n_outputs), view.output, view.interface,
                  getattr(view.info, "gradient_of", "predicted"),
                  getattr(view.info, "gradient_class", 0),
                  torch.zeros(0, view.info.dim, dtype=torch.float64), torch.device("cpu"))
     model = model.cpu()
-    inner = params.model_copy(update={"measure_bits": False})
+    inner = params.model_copy(update={"measure_bits": False,
+                                      "max_seconds": min(params.max_seconds, seconds)})
     if not _replay(attack, inner, model, info, hi, seed):
         return None
     while hi - lo > 1:  # invariant: hi succeeds, lo fails (or is the floor)
