@@ -8,8 +8,10 @@
 3. surrogate on digits (and Fashion-MNIST with --fmnist): queries to 90% / 95% fidelity with
    gradients vs labels only, and the ratio; Gaussian queries: what labels reach at 5,000
    queries and when gradients first match it.
+4. the surrogate beside a plain scikit-learn MLPClassifier thief trained on the same queries
+   (digits [32] behind probabilities at 300 and 2,000 queries; labels at 500).
 
-    python benchmarks/extraction.py [--seeds 10] [--art-timeout 120] [--fmnist] [--quick]
+    python benchmarks/extraction.py [--seeds 10] [--art-timeout 120] [--fmnist] [--quick] [--only thief]
 """
 
 from __future__ import annotations
@@ -199,6 +201,55 @@ def surrogate_table(fmnist: bool, quick: bool) -> None:
                       f"match it at {first} queries")
 
 
+class Recorder:
+    """A victim backend that keeps every batch the attacker asked (to hand the same queries to a
+    plain thief)."""
+
+    def __init__(self, backend):
+        self.backend, self.asked = backend, []
+
+    def __getattr__(self, name):
+        return getattr(self.backend, name)
+
+    def predict(self, x, kind):
+        self.asked.append(x.detach().cpu().clone())
+        return self.backend.predict(x, kind)
+
+
+def thief_table(seeds: int, quick: bool) -> None:
+    """leakmeter's surrogate beside scikit-learn's MLPClassifier trained on the same queries and
+    the same answers' labels (issue 22: leakmeter's thief must be at least as strong)."""
+    from sklearn.neural_network import MLPClassifier
+
+    from victims.build import build_victim
+
+    print("\n## surrogate vs a plain scikit-learn thief on the same queries (digits [32] ReLU MLP;"
+          " agreement with the victim on its test split, mean over victim seeds)")
+    print(f"{'API':14s} {'pool':>5s} {'queries':>8s} {'leakmeter':>10s} {'sklearn':>8s} {'seeds':>6s}")
+    cases = [("probabilities", 200, 300), ("probabilities", 200, 2000), ("label", 500, 500)]
+    for output, pool, queries in cases:
+        ours, theirs = [], []
+        for seed in range(1 if quick else min(seeds, 3)):
+            s = surrogate_scenario("digits", "membership", output, "prediction", "data", queries,
+                                   seed=seed, steps=300)
+            s.attacks[0].params.pop("steps")
+            s.attacker.pool = pool
+            victim = build_victim(s)
+            rec = Recorder(victim.backend)
+            victim.backend = rec
+            e = run_scenario(s, out=OUT / f"thief-{time.time_ns()}", victim=victim)["attacks"][0]
+            ours.append(e["metrics"]["fidelity"])
+            x = torch.cat(rec.asked).numpy()
+            y = rec.backend.predict(torch.as_tensor(x), "label").numpy()
+            xt = np.asarray(victim.truth.data.x_test, dtype=np.float64)
+            xt = xt.reshape(len(xt), -1)
+            truth = rec.backend.predict(torch.as_tensor(xt), "label").numpy()
+            m = MLPClassifier(max_iter=500, random_state=0).fit(x, y)
+            theirs.append(float((m.predict(xt) == truth).mean()))
+        print(f"{output:14s} {pool:5d} {queries:8d} {np.mean(ours):10.4f} {np.mean(theirs):8.4f} "
+              f"{len(ours):6d}")
+
+
 def curves_of(entry):
     """The fidelity curve of a surrogate run (re-read from its report)."""
     return json.loads(Path(entry["artifacts"]["surrogate_curve_json"]).read_text())["fidelity"]
@@ -210,7 +261,7 @@ def main() -> None:
     ap.add_argument("--art-timeout", type=float, default=120.0)
     ap.add_argument("--fmnist", action="store_true", help="also the Fashion-MNIST surrogate rows")
     ap.add_argument("--quick", action="store_true", help="a small subset (smoke run)")
-    ap.add_argument("--only", choices=["exact", "art", "surrogate"], default=None)
+    ap.add_argument("--only", choices=["exact", "art", "surrogate", "thief"], default=None)
     a = ap.parse_args()
     t0 = time.time()
     if a.only in (None, "exact"):
@@ -219,6 +270,8 @@ def main() -> None:
         art_table(a.seeds, a.art_timeout, a.quick)
     if a.only in (None, "surrogate"):
         surrogate_table(a.fmnist, a.quick)
+    if a.only in (None, "thief"):
+        thief_table(a.seeds, a.quick)
     print(f"\n(total {time.time() - t0:.0f} s; scratch output in {OUT})")
 
 

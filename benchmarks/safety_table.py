@@ -1,12 +1,19 @@
-"""Hostile inputs fed to `leakmeter validate` and `leakmeter run` as real processes: prints a table
-of exit codes, seconds, tracebacks and the first error line, for whichever checkout is imported.
+"""Hostile inputs fed to `leakmeter` as real processes: prints tables.
 
     python benchmarks/safety_table.py                         # this checkout
     LEAKMETER_CHECKOUT=/path/to/other python benchmarks/safety_table.py   # another version
+    python benchmarks/safety_table.py --before /work/before   # issue 24's cases, before → after
+    python benchmarks/safety_table.py --before /work/before --cases 1,7,14   # some of them
 
-Rows: the validation table of tests/harness/test_validation_table.py, a crafted TorchScript file
-and a crafted pickle that create a marker file if any of their code runs (format auto and
-torchscript), and `defenses.query_budget: 0` against a listening socket (rows sent).
+First table (one checkout): the validation table of tests/harness/test_validation_table.py, a
+crafted TorchScript file and a crafted pickle that create a marker file if any of their code runs
+(format auto and torchscript), and `defenses.query_budget: 0` against a listening socket (rows
+sent): exit codes, seconds, tracebacks and the first error line.
+
+Second table (`--before`): one row per hostile case of issue 24 (benchmarks/hostile_cases.py,
+numbered by the issue's items), measured on the other checkout and on this one in the same run:
+secrets that leak, memory, exit codes, what a server answers. Some rows take a minute (an MLflow
+server, a sweep stopped by SIGTERM, an answer trickled until a deadline).
 """
 
 from __future__ import annotations
@@ -114,7 +121,32 @@ def budget_zero_row(folder: Path) -> str:
     return f"{line} connections received: {received[0]} |"
 
 
+def before_after(before: Path, cases: set[str] | None) -> None:
+    """Issue 24's cases: | case | before | after |, each measured on both checkouts now."""
+    from hostile_cases import CASES
+
+    print("| case (issue 24 item) | before | after |\n|---|---|---|")
+    for name, case in CASES:
+        if cases and name.split()[0] not in cases:
+            continue
+        cells = []
+        for checkout in (before, HERE):
+            with tempfile.TemporaryDirectory() as tmp:
+                work = Path(tmp) / "work"
+                work.mkdir()
+                try:
+                    cells.append(case(checkout, work))
+                except Exception as exc:  # noqa: BLE001 - a case that cannot be measured says so
+                    cells.append(f"(not measured: {type(exc).__name__}: {str(exc)[:80]})")
+        print(f"| {name} | {cells[0]} | {cells[1]} |", flush=True)
+
+
 def main() -> None:
+    if "--before" in sys.argv:
+        i = sys.argv.index("--before")
+        chosen = sys.argv[sys.argv.index("--cases") + 1].split(",") if "--cases" in sys.argv else None
+        before_after(Path(sys.argv[i + 1]).resolve(), set(chosen) if chosen else None)
+        return
     print("| input | validate | run | first error line |\n|---|---|---|---|")
     for name, (mutation, _words) in ([] if "--files-only" in sys.argv else ROWS.items()):
         with tempfile.TemporaryDirectory() as tmp:

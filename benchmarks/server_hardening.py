@@ -1,13 +1,18 @@
 """`leakmeter serve` under hostile clients, measured in one run: prints a table.
 
-    python benchmarks/server_hardening.py            # the server of this checkout
-    PYTHONPATH=/path/to/other/checkout python benchmarks/server_hardening.py   # another version
+    python benchmarks/server_hardening.py                          # the server of this checkout
+    python benchmarks/server_hardening.py --before /work/before    # and another, side by side
+    python benchmarks/server_hardening.py --only keepalive,slow,fuzz   # some rows
 
-Each row starts from a fresh server process on 127.0.0.1 (an open server, no API keys, no budget):
-latency of a normal client while 2,000 idle connections are held (first request and the 20 after
-them), server RSS growth while 4 clients send 200 MB bodies (and what they get back), the status
-of a deeply nested JSON body, of a bad Content-Length and of a wrong auth scheme, how long a
-half-sent request is held, and connection resets with 50 client threads.
+Each cell starts from a fresh server process on 127.0.0.1 (an open server, no API keys, no
+budget), run from a scratch folder with PYTHONPATH set to the checkout measured: latency of a
+normal client while 2,000 idle connections are held (first request and the 20 after them),
+server RSS growth while 4 clients send 200 MB bodies (and what they get back), the status of a
+deeply nested JSON body, of a bad Content-Length and of a wrong auth scheme, how long a half-sent
+request is held, connection resets with 50 client threads, requests per second on one keep-alive
+connection against fresh connections, what a client gets while 8 connections send bodies at 1
+byte/s, and 220 fuzzed bodies with inputs up to ±1e308 to a float32 victim (5xx answers and
+traceback lines on the server's stderr).
 """
 
 from __future__ import annotations
@@ -24,26 +29,28 @@ from pathlib import Path
 
 import requests
 
+HERE = Path(__file__).resolve().parents[1]
 SCENARIO = """name: bench-serve
 seed: 0
 device: cpu
 victim:
   model: {arch: mlp, hidden: [8]}
   data: {dataset: digits, n_train: 100, attacker_pool: 10}
-  training: {epochs: 1, dtype: float64}
+  training: {epochs: 1, dtype: float32}
 interface: {kind: prediction, output: probabilities}
 tracking: {enabled: false}
 """
 ROW = [[0.0] * 64]
 
 
-def start(folder: Path) -> tuple[subprocess.Popen, int]:
+def start(folder: Path, checkout: Path) -> tuple[subprocess.Popen, int]:
     path = folder / "serve.yaml"
     path.write_text(SCENARIO)
-    env = {**os.environ, "LEAKMETER_THREADS": "1"}
+    env = {**os.environ, "LEAKMETER_THREADS": "1", "PYTHONPATH": str(checkout)}
+    err = open(folder / "stderr.txt", "w")  # noqa: SIM115 - read back by the fuzz row
     proc = subprocess.Popen([sys.executable, "-c", "from harness.cli import main; main()", "serve", str(path),
-                             "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env=env)
+                             "--port", "0"], stdout=subprocess.PIPE, stderr=err, text=True,
+                            env=env, cwd=folder)  # cwd: not a checkout, so PYTHONPATH decides
     line = proc.stdout.readline()
     port = int(line.split("127.0.0.1:")[1].split("/")[0])
     return proc, port
@@ -158,7 +165,100 @@ def resets(port: int, threads: int = 50, each: int = 20) -> str:
     return f"{bad} of {threads * each} failed ({100 * bad / (threads * each):.1f}%)"
 
 
+def keepalive(port: int, n: int = 60) -> str:
+    url = f"http://127.0.0.1:{port}/invocations"
+    with requests.Session() as s:
+        s.post(url, json={"inputs": ROW}, timeout=10)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            s.post(url, json={"inputs": ROW}, timeout=10)
+        kept = (time.perf_counter() - t0) / n
+    t0 = time.perf_counter()
+    for _ in range(n):
+        requests.post(url, json={"inputs": ROW}, timeout=10)
+    fresh = (time.perf_counter() - t0) / n
+    return (f"keep-alive {1 / kept:.0f} req/s ({kept * 1000:.1f} ms each); fresh connections "
+            f"{fresh * 1000:.1f} ms each")
+
+
+def slow_bodies(port: int, n_slow: int = 8, n_requests: int = 7) -> str:
+    slow = []
+    for _ in range(n_slow):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 5000\r\n\r\n{")
+        slow.append(s)
+    stop = threading.Event()
+
+    def drip():
+        while not stop.wait(1.0):
+            for s in slow:
+                try:
+                    s.sendall(b" ")
+                except OSError:
+                    pass
+
+    th = threading.Thread(target=drip, daemon=True)
+    th.start()
+    time.sleep(1.5)
+    got = []
+    try:
+        with requests.Session() as sess:
+            for _ in range(n_requests):
+                t0 = time.perf_counter()
+                try:
+                    code = sess.post(f"http://127.0.0.1:{port}/invocations", json={"inputs": ROW},
+                                     timeout=30).status_code
+                except requests.RequestException as exc:
+                    code = type(exc).__name__
+                got.append((code, time.perf_counter() - t0))
+    finally:
+        stop.set()
+        th.join()
+        for s in slow:
+            s.close()
+    bad = sum(c != 200 for c, _ in got)
+    return (f"{n_requests - bad} of {n_requests} answered 200 ({bad} refused); longest wait "
+            f"{max(t for _, t in got):.1f} s")
+
+
+def fuzz(port: int, folder: Path) -> str:
+    import json
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    codes = []
+    with requests.Session() as s:
+        for i in range(220):
+            scale = [1e308, -1e308, 1e300, 1e-308, 5e-324, 1.0][i % 6]
+            with np.errstate(over="ignore"):
+                rows = (rng.standard_normal((1 + i % 3, 64)) * scale).tolist()  # inf rows: 400
+            if i % 11 == 0:
+                rows = [[1e308] * 64]
+            try:
+                codes.append(s.post(f"http://127.0.0.1:{port}/invocations", data=json.dumps({"inputs": rows}),
+                                    headers={"Content-Type": "application/json"}, timeout=10).status_code)
+            except requests.RequestException as exc:
+                codes.append(type(exc).__name__)
+    time.sleep(0.5)
+    err = (folder / "stderr.txt").read_text(errors="replace")
+    counts = {c: codes.count(c) for c in sorted(set(codes), key=str)}
+    bad = sum(not isinstance(c, int) or c >= 500 for c in codes)
+    return (f"statuses {counts}; 5xx or no answer: {bad}; server stderr: "
+            f"{err.count('Traceback')} tracebacks, {len(err.splitlines())} lines")
+
+
 def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--before", help="another checkout to measure beside this one")
+    ap.add_argument("--only", help="comma-separated row keys (idle,big,nested,length,auth,half,resets,"
+                                   "keepalive,slow,fuzz)")
+    args = ap.parse_args()
+    checkouts = ([("before", Path(args.before))] if args.before else []) + [("this checkout", HERE)]
+    only = set(args.only.split(",")) if args.only else None
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         checks = [
@@ -173,17 +273,26 @@ def main() -> None:
                 p, json={"inputs": ROW}, headers={"Authorization": "Basic dXNlcjpwYXNz"}).status_code)),
             ("half-sent request", lambda p, _: half_request(p)),
             ("50 client threads x 20 new connections", lambda p, _: resets(p)),
+            ("one keep-alive connection vs fresh ones", lambda p, _: keepalive(p)),
+            ("8 bodies sent at 1 byte/s: a client's 7 requests", lambda p, _: slow_bodies(p)),
+            ("220 fuzzed bodies, inputs up to ±1e308 (float32)", lambda p, _: fuzz(p, Path(tmp))),
         ]
-        for name, check in checks:
-            proc, port = start(Path(tmp))
-            try:
-                rows.append((name, check(port, proc)))
-            finally:
-                stop(proc)
-    width = max(len(r[0]) for r in rows)
-    print(f"{'check':<{width}}  result")
-    for name, result in rows:
-        print(f"{name:<{width}}  {result}")
+        keys = ["idle", "big", "nested", "length", "auth", "half", "resets", "keepalive", "slow", "fuzz"]
+        for key, (name, check) in zip(keys, checks, strict=True):
+            if only and key not in only:
+                continue
+            cells = []
+            for _, checkout in checkouts:
+                proc, port = start(Path(tmp), checkout)
+                try:
+                    cells.append(check(port, proc))
+                finally:
+                    stop(proc)
+            rows.append((name, cells))
+    print("| check | " + " | ".join(label for label, _ in checkouts) + " |")
+    print("|---|" + "---|" * len(checkouts))
+    for name, cells in rows:
+        print(f"| {name} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -15,3 +15,17 @@ class BudgetExhausted(Exception):
         self.requested = requested
         self.remaining = remaining
         self.budget = budget
+
+
+class RowCapReached(BudgetExhausted):
+    """The run's own cost cap (`victim.endpoint.max_rows`) would be exceeded; nothing was sent.
+
+    `stopped_by = "cap"`: a limit on what leakmeter sends, not the defense under test."""
+
+    stopped_by = "cap"
+
+    def __init__(self, requested: int, remaining: int, budget: int):
+        Exception.__init__(
+            self, f"the scan's row cap (victim.endpoint.max_rows = {budget}) reached: {requested} rows "
+                  f"requested, {remaining} left")
+        self.requested, self.remaining, self.budget = requested, remaining, budget

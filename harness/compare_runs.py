@@ -151,7 +151,9 @@ def gather_experiment(uri: str, experiment: str, run_ids: list[str]) -> tuple[li
 def run_compare(uri: str, records: list[dict], curves: dict, out: Path, log_to: str | None,
                 experiment_id: str | None = None, runs_tag: str = "") -> tuple[dict, list[Path], str]:
     """Compare, write compare.{json,md,txt} and the plots into `out`, and log them to MLflow:
-    onto run `log_to`, or onto a new "compare" run in `experiment_id`. Returns (cmp, files, run id)."""
+    onto run `log_to` (a sweep's own run), or onto a new "compare" run in `experiment_id` (only
+    when asked: the user's experiment holds their runs), or nowhere when both are None. Returns
+    (cmp, files, run id or None)."""
     from reports import compare as C
     from reports.plots import all_plots
 
@@ -162,6 +164,8 @@ def run_compare(uri: str, records: list[dict], curves: dict, out: Path, log_to: 
     files[1].write_text(C.to_markdown(cmp))
     files[2].write_text(C.to_table(cmp))
     plots = all_plots(cmp, curves, out / "plots")
+    if log_to is None and experiment_id is None:
+        return cmp, files + plots, None
     client = _client(uri)
     run_id = log_to
     if run_id is None:

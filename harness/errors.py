@@ -24,8 +24,10 @@ class AttackFailed(Exception):
 
 
 # Why an attack stopped before the end of its procedure (docs/contract.md: `stopped_by`). `budget` is the
-# defense under test working (status ok); every other reason makes the attack `incomplete`.
-STOP_REASONS = ("budget", "faults", "endpoint", "time", "precision", "assumption", "interrupt")
+# defense under test working (status ok, once a surrogate under the same budget shows it holds);
+# every other reason makes the attack `incomplete`. `cap`: its own parameter limit (max_samples,
+# max_queries, steps...) while its measurement still grew, or the scan's own row cap (max_rows).
+STOP_REASONS = ("budget", "cap", "faults", "endpoint", "time", "precision", "assumption", "interrupt")
 
 
 class AttackStopped(Exception):

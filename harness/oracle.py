@@ -3,7 +3,9 @@
 `Oracle` wraps a victim backend (local model or HTTP endpoint) with the interface's rules
 (which methods exist, what `predict` returns) and the scenario's defenses (query budget,
 output noise, rounding, top-k, explanation noise). `oracle.view(attack_name)` hands one
-attack a view that counts its queries against the shared budget.
+attack a view with its own query budget: every attack is its own attacker and faces the whole
+`defenses.query_budget` (defenses/budget.py); every row sent also counts against the run's own
+cost cap (`victim.endpoint.max_rows`), which is never evidence about the defense.
 
 Every call is batched: one call with a batch of N inputs counts N queries, and the budget is
 charged *before* the backend is asked, so it can never be exceeded. Answers come back as
@@ -16,7 +18,7 @@ from typing import Any
 
 import torch
 
-from defenses.budget import Ledger
+from defenses.budget import Quotas
 from defenses.errors import BudgetExhausted
 from defenses.output import OutputDefenses
 from harness.errors import AttackStopped, InterfaceError
@@ -31,14 +33,14 @@ OFFERS = {
 
 
 class Oracle:
-    """Shared state of one run: backend, defenses, ledger and the noise generator."""
+    """Shared state of one run: backend, defenses, quotas and the noise generator."""
 
     def __init__(self, backend: Any, info: Any, defenses: OutputDefenses, budget: int | None,
-                 seed: int = 0, progress: Any = None):
+                 seed: int = 0, progress: Any = None, max_rows: int | None = None):
         self.backend = backend
         self.info = info
         self.defenses = defenses
-        self.ledger = Ledger(budget)  # rows sent (charged before they leave)
+        self.quotas = Quotas(budget, max_rows)  # per-attacker budgets + the run's row cap
         self.gen = torch.Generator(device="cpu").manual_seed(seed + 7919)
         self.progress = progress
         self._who = "-"
@@ -48,20 +50,22 @@ class Oracle:
             backend.bind_budget(self.charge_extra, lambda: self._who)
 
     def charge_extra(self, n: int, who: str | None = None) -> None:
-        """Charge n queries the backend sends on its own (HTTP retries: to the attack that asked)."""
-        self.ledger.charge(n, who or self._who)
+        """Charge n queries the backend sends on its own (HTTP retries: to the attack that asked;
+        the start-up check and verification probes: to the run's row cap only)."""
+        self.quotas.charge(n, who or self._who)
         if self.progress is not None:
             self.progress(n)
 
     def sibling(self, backend: Any, seed: int) -> Oracle:
         """An oracle on another model (an informed release, a canary run) with the same interface
-        and defenses, sharing this run's ledger (budget and answered rows) and progress."""
+        and defenses, sharing this run's quotas (an attack's queries to it count against that
+        attack's own budget) and progress."""
         o = Oracle(backend, self.info, self.defenses, None, seed, self.progress)
-        o.ledger = self.ledger
+        o.quotas = self.quotas
         return o
 
     def view(self, attack: str) -> OracleView:
-        """The handle one attack gets: same budget, its own query count."""
+        """The handle one attack gets: its own budget and query count."""
         return OracleView(self, attack)
 
 
@@ -88,12 +92,12 @@ class OracleView:
     @property
     def queries(self) -> int:
         """Rows whose answers reached this attack."""
-        return self._o.ledger.answered.get(self.attack, 0)
+        return self._o.quotas.rows.answered.get(self.attack, 0)
 
     @property
     def queries_sent(self) -> int:
-        """Rows sent on this attack's behalf (charged to the budget), retries included."""
-        return self._o.ledger.by_attack.get(self.attack, 0)
+        """Rows sent on this attack's behalf (charged to its budget), retries included."""
+        return self._o.quotas.rows.by_attack.get(self.attack, 0)
 
     def transport(self) -> dict[str, int]:
         """Retries and faults on this attack's behalf (0 for a local victim)."""
@@ -103,8 +107,8 @@ class OracleView:
 
     @property
     def remaining(self) -> int | None:
-        """Queries left in the run's budget (None = unlimited)."""
-        return self._o.ledger.remaining
+        """Queries this attack may still send: its budget, and the run's row cap (None = unlimited)."""
+        return self._o.quotas.remaining(self.attack)
 
     def affordable(self, n: int) -> int:
         """How many of n queries the budget still allows."""
@@ -113,16 +117,19 @@ class OracleView:
 
     @property
     def budget(self) -> int | None:
-        """The run's whole query budget, shared by its attacks (None = unlimited)."""
-        return self._o.ledger.budget
+        """One attacker's whole query budget (None = unlimited)."""
+        return self._o.quotas.budget
 
-    def spent_by_other_attacks(self) -> int:
-        """Rows the run's other attacks have been charged so far."""
-        return self._o.ledger.spent_by_other_attacks(self.attack)
+    def capped_by_rows(self) -> bool:
+        """True when the run's own row cap (max_rows), not this attacker's budget, limits it now."""
+        return self._o.quotas.capped_by_rows(self.attack)
 
     def cannot_pay(self, need: int, what: str) -> AttackStopped:
-        """The stop for `need` queries the budget cannot pay (the runner tells the defense
-        holding from a budget that earlier attacks of the run had already spent)."""
+        """The stop for `need` queries this attacker cannot pay: its budget (the defense), or the
+        run's own row cap (`cap`: a cost limit, not evidence)."""
+        if self.capped_by_rows():
+            return AttackStopped(f"the scan's row cap (victim.endpoint.max_rows) cannot pay the {need} "
+                                 f"{what} ({self.remaining} rows left)", stopped_by="cap")
         return AttackStopped(f"the query budget cannot pay the {need} {what} ({self.remaining} of "
                              f"{self.budget} left)", stopped_by="budget")
 
@@ -149,15 +156,15 @@ class OracleView:
     def _charge(self, n: int) -> None:
         self._o._who = self.attack
         try:
-            self._o.ledger.charge(n, self.attack)
+            self._o.quotas.charge(n, self.attack)
         except BudgetExhausted as exc:  # an endpoint says whether faults ate the budget
             starved = getattr(self._o.backend, "starved", None)
-            raise (starved(exc) if starved else exc) from None
+            raise (starved(exc, self.attack) if starved else exc) from None
         if self._o.progress is not None:
             self._o.progress(n)
 
     def _answered(self, n: int) -> None:
-        self._o.ledger.delivered(n, self.attack)
+        self._o.quotas.delivered(n, self.attack)
 
     # --------------------------------------------------------------- the API
     def predict(self, x: Any) -> torch.Tensor:

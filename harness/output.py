@@ -13,6 +13,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from victims.http.secrets import scrub
+
 
 class WarningsCapture:
     """Record warnings between `start()` and `stop()` (once per message and place, as Python's
@@ -35,7 +37,7 @@ class WarningsCapture:
         self._ctx = None
         seen: dict[tuple[str, str], dict[str, Any]] = {}
         for w in self._log:
-            text = " ".join(str(w.message).split())
+            text = " ".join(str(scrub(str(w.message))).split())  # scrubbed before it is cut
             key = (w.category.__name__, text)
             if key in seen:
                 seen[key]["count"] += 1

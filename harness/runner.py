@@ -22,28 +22,28 @@ import numpy as np
 import torch
 import yaml
 from pydantic import ValidationError
-from tqdm.auto import tqdm
 
 from defenses.output import OutputDefenses
 from harness.attacker.informed import InformedKnowledge
 from harness.attacker.membership import MembershipKnowledge
+from harness.attacker.reference_executors import close as close_executors
 from harness.attacks import registry
 from harness.attacks.base import Artifact, Attack, RunContext, ThreatModel
+from harness.budget_check import budget_check, max_rows, settle_budget_stops
 from harness.errors import AttackFailed, AttackSkipped, BadInput, InterfaceError
 from harness.interrupts import Interrupted, deferred
 from harness.oracle import OFFERS, Oracle
 from harness.output import WarningsCapture, prune_empty
+from harness.progress import RunProgress, stage, sub_bar
 from harness.rero.product import rero_section
-from harness.scenario import Scenario, flatten
-from harness.scoring import score
-from reports import render
-from reports.html import write_html
+from harness.run_outputs import finish, log_attack, log_scenario
+from harness.scenario import Scenario
+from harness.scoring import is_blackbox, score
 from reports.metadata import run_metadata
 from reports.tracking import Tracker, TrackingUnavailable, probe_server
 from reports.verdict import reaches, status_of, verdict
 from victims.build import build_victim
-from victims.http.secrets import SECRETS
-from victims.models.training import progress_disabled
+from victims.http.secrets import SECRETS, clip
 
 _ATTACKER, _DEFENDER = 0xA77AC4, 0xDEFE4D  # stream tags: the two sides never share a seed
 
@@ -63,9 +63,8 @@ def plan_attacks(s: Scenario) -> list[Planned]:
     out = []
     for i, choice in enumerate(s.attacks):
         if choice.name not in reg:
-            raise BadInput(
-                f"attacks[{i}].name: unknown attack {choice.name!r}; known: {', '.join(reg)}"
-            )
+            raise BadInput(f"attacks[{i}].name: unknown attack {choice.name!r}; "
+                           f"known: {', '.join(reg)}")
         cls = reg[choice.name]
         try:
             params = cls.Params.model_validate(choice.params)
@@ -87,13 +86,14 @@ def _probe_tracking(uri: str | None) -> None:
 def open_tracker(s: Scenario, tracking_uri: str | None) -> Tracker:
     """The MLflow tracker for this run; BadInput (exit 2) when the store cannot be used."""
     uri = tracking_uri or s.tracking.uri
+    SECRETS.add_url(uri or "")  # a tracking server's user:password never reaches any output
     try:
         return Tracker(uri, s.tracking.experiment, s.tracking.enabled)
     except TrackingUnavailable as exc:
         raise BadInput(f"tracking.uri: {uri}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - any other store failure is a bad tracking setting
         raise BadInput(f"tracking.uri: cannot use MLflow store {uri!r}: "
-                       f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}") from None
+                       f"{type(exc).__name__}: {clip(' '.join(str(exc).split()), 1000)}") from None
 
 
 def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Path | None = None,
@@ -101,6 +101,12 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
                  victim=None, extra_tags: dict[str, str] | None = None) -> dict[str, Any]:
     """Run every planned attack against the scenario's deployment; returns the report.
     Raises BadInput before anything runs, and re-raises Interrupted after the partial report."""
+    with RunProgress() as live:  # stage lines with the run's clock, one live bar per attack
+        return _run_scenario(s, live, tracking_uri, out, json_path, source, victim, extra_tags)
+
+
+def _run_scenario(s: Scenario, live: RunProgress, tracking_uri, out, json_path, source, victim,
+                  extra_tags) -> dict[str, Any]:
     started = datetime.now(UTC)
     t0 = time.perf_counter()
     torch.manual_seed(s.seed)
@@ -113,32 +119,45 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
     caught = WarningsCapture().start()  # third-party warnings go to the report, not the terminal
     try:
         if victim is None:
+            stage(f"{s.name}: " + ("checking the endpoint" if s.victim.endpoint else "loading the model file"
+                                   if s.victim.model.arch == "file" else "training the victim"))
             victim = build_victim(s)
-            _stage(f"{s.name}: victim ready ({_utility_line(victim)})")
+            stage(f"{s.name}: victim ready ({_utility_line(victim)})")
         if victim.info.interface not in OFFERS:
             raise BadInput(f"interface.kind: {victim.info.interface} is not supported")
     except BaseException:
         caught.stop()
         raise
     oracle = Oracle(victim.backend, victim.info, OutputDefenses.from_spec(s.defenses),
-                    s.defenses.query_budget, s.seed)
+                    s.defenses.query_budget, s.seed, max_rows=max_rows(s))
     report = _new_report(s, victim, oracle, started)
     outdir = Path(out) if out else Path("leakmeter-out") / f"{s.name}-{report['started']}"
     outdir.mkdir(parents=True, exist_ok=True)
     report["outdir"] = str(outdir)
-    bar = tqdm(total=s.defenses.query_budget, desc="queries", unit="q", disable=progress_disabled())
-    oracle.progress = bar.update
+    oracle.progress = live.queries
     stop: Interrupted | None = None
     parent = tracker.start(s.name, {"leakmeter.scenario": s.name,
                                     "leakmeter.fingerprint": s.fingerprint(), **(extra_tags or {})})
     try:
-        _log_scenario(tracker, parent, s, source)
+        log_scenario(tracker, parent, s, source)
         for i, planned in enumerate(plan, 1):
-            _stage(f"{s.name}: attack {i}/{len(plan)}: {planned.attack.name}")
+            live.start_attack(f"attack {i}/{len(plan)} {planned.attack.name}", s.defenses.query_budget,
+                              announce=not planned.attack.skip_reason(victim.info))
             entry = new_entry(planned)
             report["attacks"].append(entry)  # kept even if an interrupt cuts the attack short
             run_attack(planned, oracle, victim, s, outdir, tracker, parent, entry)
-        _stage(f"{s.name}: ReRo bounds")
+            live.end_attack(_outcome(entry))
+        cls = budget_check(report["attacks"], s)
+        if cls is not None:  # a budget stop needs the cheapest attack under the same budget
+            live.start_attack("budget check surrogate", s.defenses.query_budget)
+            check = Planned(cls(), cls.Params())
+            entry = new_entry(check)
+            entry["added_by"] = "budget check"
+            report["attacks"].append(entry)
+            run_attack(check, oracle, victim, s, outdir, tracker, parent, entry)
+            live.end_attack(_outcome(entry))
+        settle_budget_stops(report["attacks"], s.policy.fail_on, s.defenses.query_budget)
+        stage("ReRo bounds")
         report["rero"] = rero_section(s, victim, report["attacks"], outdir)
     except Interrupted as exc:
         stop = exc
@@ -146,7 +165,8 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
     except Exception as exc:  # noqa: BLE001 - the run crashed: keep what was measured
         report["error"] = f"{type(exc).__name__}: {exc}"
     finally:
-        bar.close()
+        live.end_attack()
+        close_executors()  # a Ray started for this run's reference models
         with deferred():
             _judge(report, s, oracle)
             report["duration_s"] = round(time.perf_counter() - t0, 3)
@@ -157,7 +177,7 @@ def run_scenario(s: Scenario, *, tracking_uri: str | None = None, out: str | Pat
             SECRETS.scrub_in_place(report)  # nothing secret reaches a report file, MLflow or stdout
             crashed = report.get("error") or any(a["status"] == "error" for a in report["attacks"])
             status = "KILLED" if stop else ("FAILED" if crashed else "FINISHED")
-            _finish(report, s, tracker, parent, outdir, json_path, status)
+            finish(report, s, tracker, parent, outdir, json_path, status)
             prune_empty(outdir)  # attack folders nothing was written to
     if stop is not None:
         stop.report = report
@@ -170,10 +190,13 @@ def _utility_line(victim) -> str:
     return f"{u}; {victim.record.get('parameters', '?')} parameters"
 
 
-def _stage(line: str) -> None:
-    """One line per stage where no progress bar shows (CI logs, cron): silence reads as a hang."""
-    if progress_disabled():
-        print(f"leakmeter: {line}", file=sys.stderr, flush=True)
+def _outcome(entry: dict[str, Any]) -> str:
+    """How an attack ended, for its closing stage line."""
+    if entry["status"] == "skipped":
+        return f"skipped ({entry['reason']})"
+    status = entry["status"] + (f"/{entry['stopped_by']}" if entry.get("stopped_by") else "")
+    risk = f", risk {entry['risk']}" if entry.get("risk") else ""
+    return f"{status}{risk}, {entry.get('queries', 0)} queries"
 
 
 def _new_report(s: Scenario, victim, oracle: Oracle, started: datetime) -> dict[str, Any]:
@@ -205,15 +228,6 @@ def _victim_section(victim) -> dict[str, Any]:
 def _privacy(victim) -> dict[str, Any] | None:
     rec = getattr(getattr(victim.truth, "train_record", None), "dp", None)
     return rec.as_dict() if rec is not None else None
-
-
-def _log_scenario(tracker: Tracker, parent: str | None, s: Scenario, source: str | None) -> None:
-    public = s.public_dump()
-    tracker.params(parent, flatten(public))
-    if source and public == s.model_dump(mode="json"):  # nothing to redact: keep comments
-        tracker.text(parent, source, "scenario.yaml")
-    else:
-        tracker.text(parent, yaml.safe_dump(public, sort_keys=False), "scenario.yaml")
 
 
 # --------------------------------------------------------------------------- one attack
@@ -272,13 +286,6 @@ def _attacker_section(s: Scenario, victim) -> dict[str, Any]:
             "seed": "declared" if s.attacker.seed is not None else "drawn apart from the defender's"}
 
 
-def _progress_factory():
-    def make(desc: str, total: int | None):
-        return tqdm(total=total, desc=desc, disable=progress_disabled(), leave=False)
-
-    return make
-
-
 def run_attack(planned: Planned, oracle: Oracle, victim, s: Scenario, outdir: Path,
                tracker: Tracker, parent: str | None, entry: dict[str, Any] | None = None
                ) -> dict[str, Any]:
@@ -305,7 +312,7 @@ def run_attack(planned: Planned, oracle: Oracle, victim, s: Scenario, outdir: Pa
     finally:
         art = art or ctx.best
         with deferred():
-            _log_attack(tracker, run_id, entry, art)
+            log_attack(tracker, run_id, entry, art)
             tracker.end(run_id, "KILLED" if stopped else ("FAILED" if entry["status"] == "error"
                                                           else "FINISHED"))
     return entry
@@ -320,7 +327,7 @@ def attack_context(s: Scenario, victim, oracle: Oracle, atk: Attack, outdir: Pat
     seed, secret = attack_seeds(threat.seed, s.seed, atk.name)
     ctx = RunContext(seed=seed, rng=np.random.default_rng(seed),
                      gen=torch.Generator(device="cpu").manual_seed(seed),
-                     device=victim.info.device, outdir=outdir, progress=_progress_factory(),
+                     device=victim.info.device, outdir=outdir, progress=sub_bar,
                      threat=threat)
     provider = _knowledge(s, victim, oracle, atk.name, seed, secret, atk.family)
     ctx.knowledge = provider.access() if provider is not None else None
@@ -335,8 +342,6 @@ def attempt(planned: Planned, view, ctx: RunContext, provider, victim, fail_on: 
     atk = planned.attack
     stop: Interrupted | None = None
     t0 = time.perf_counter()
-    left, total = view.remaining, view.budget
-    shared = (left, total) if total is not None and view.spent_by_other_attacks() else None
     try:
         art = _run(atk, planned.params, view, ctx, entry)
     except Interrupted as exc:
@@ -344,9 +349,15 @@ def attempt(planned: Planned, view, ctx: RunContext, provider, victim, fail_on: 
         entry.update(status="ok", stopped_by="interrupt", stop_reason="interrupted")
     entry["wall_s"] = round(time.perf_counter() - t0, 4)
     entry.update(queries=view.queries, queries_sent=view.queries_sent, **view.transport())
+    if view.budget is not None:
+        entry["query_budget"] = view.budget
+    if entry["stopped_by"] == "budget" and view.capped_by_rows():
+        entry["stopped_by"] = "cap"  # the scan's own row cap, not the attacker's budget
+        entry["stop_reason"] = (f"the scan's row cap (victim.endpoint.max_rows) ran out after "
+                                f"{view.queries_sent} rows: {entry.get('stop_reason', '')}")
     if entry["status"] != "skipped":
         truth = getattr(provider, "truth", None) or victim.truth  # a release's own truth
-        _score_and_judge(atk, art, truth, victim.info, entry, fail_on, shared)
+        _score_and_judge(atk, art, truth, victim.info, entry, fail_on)
     if stop is not None:
         raise stop
     return art
@@ -378,10 +389,9 @@ def _run(atk: Attack, params: Any, view, ctx: RunContext, entry: dict[str, Any])
 
 
 def _score_and_judge(atk: Attack, art: Artifact | None, truth, info, entry: dict[str, Any],
-                     fail_on: str, shared: tuple[int, int] | None = None) -> None:
-    """Score whatever artifact exists against the truth, judge its risk, settle the status.
-    `shared`: (left, total) of the run's budget when the attack started, if earlier attacks had
-    spent some of it."""
+                     fail_on: str) -> None:
+    """Score whatever artifact exists against the truth, judge its risk, settle the status. A
+    judge that returns no risk (an artifact nothing could verify) leaves the attack incomplete."""
     crashed = entry["status"] == "error"
     stopped_by = entry["stopped_by"]
     risk, why = None, ""
@@ -400,22 +410,20 @@ def _score_and_judge(atk: Attack, art: Artifact | None, truth, info, entry: dict
                      artifacts={k: str(v) for k, v in art.files.items()})
         if art.data.get("curves"):
             entry["curves"] = {k: [list(p) for p in pts] for k, pts in art.data["curves"].items()}
-    elif stopped_by == "budget" and not crashed and shared is None:
-        risk, why = "low", (f"the query budget stopped the attack after {entry['queries_sent']} "
-                            "queries, before it had anything to score")
-    if stopped_by == "budget" and shared is not None and not reaches(risk, fail_on):
-        # not the defense holding: the run's earlier attacks had spent part of the shared budget
-        stopped_by = "assumption"
-        why = ((why + "; ") if why else "") + (
-            f"earlier attacks of this run spent the shared query budget ({shared[0]} of "
-            f"{shared[1]} left when this one started): run it alone, or first, to measure it")
-    if stopped_by == "precision" and reaches(risk, fail_on):
-        # a missed self-check is a metric: the scored artifact already shows the risk
-        entry["notes"] = [*entry.get("notes", []), f"self-check: {entry.get('stop_reason', '')}"]
+    if risk is None and stopped_by == "budget" and not crashed and not is_blackbox(truth):
+        risk, why = "low", "nothing to score yet"
+    if stopped_by in ("precision", "cap") and reaches(risk, fail_on):
+        # a missed self-check or an own cap is a metric: the scored artifact already shows the risk
+        label = "self-check" if stopped_by == "precision" else "stopped at its own cap"
+        entry["notes"] = [*entry.get("notes", []), f"{label}: {entry.get('stop_reason', '')}"]
         stopped_by = None
     status = status_of(stopped_by, crashed)
-    if status == "ok" and risk is None:  # ran, but left nothing a scorer could judge
-        status, stopped_by = "incomplete", stopped_by or "assumption"
+    if status == "ok" and risk is None:  # ran, but left nothing a scorer could judge or verify
+        status = "incomplete"
+        if is_blackbox(truth):  # nothing verified it: the endpoint's doing, or the scan's row cap
+            stopped_by = (art.data.get("unverified_by") if art is not None else None) or "endpoint"
+        else:
+            stopped_by = stopped_by or "assumption"
         why = why or "the attack left no artifact to score"
     entry.update(status=status, stopped_by=stopped_by, risk=risk)
     if not crashed:
@@ -424,26 +432,18 @@ def _score_and_judge(atk: Attack, art: Artifact | None, truth, info, entry: dict
 
 def _reason(why: str, entry: dict[str, Any]) -> str:
     stop = entry.get("stop_reason") or entry.get("reason")
+    if entry["stopped_by"] == "budget":
+        where = f" ({entry['progress']})" if entry.get("progress") else ""
+        budget = entry.get("query_budget")
+        of = f" of {budget}" if budget is not None else ""
+        said = f"stopped by the query budget after {entry['queries_sent']}{of} queries{where}" + (
+            f": {stop}" if stop else "")
+        return f"{why}; {said}" if why else said
     if entry["stopped_by"] and stop:
         where = f" ({entry['progress']})" if entry.get("progress") else ""
         return f"{why}; stopped by {entry['stopped_by']}{where}: {stop}" if why else \
             f"stopped by {entry['stopped_by']}{where}: {stop}"
     return why
-
-
-def _log_attack(tracker: Tracker, run_id: str | None, entry: dict[str, Any],
-                art: Artifact | None) -> None:
-    """Params, metrics, tags, files and curves of one attack's nested run."""
-    tracker.params(run_id, {f"params.{k}": v for k, v in flatten(entry["params"]).items()})
-    curves = art.data.get("curves", {}) if art else {}
-    tracker.metrics(run_id, {k: v for k, v in {**entry["metrics"], "wall_s": entry["wall_s"]}.items()
-                             if k not in curves})  # a curve's own points carry its final value
-    tracker.tags(run_id, {"status": entry["status"], "stopped_by": entry.get("stopped_by") or "",
-                          "risk": entry.get("risk") or "", "reason": entry.get("reason", "")})
-    for f in (art.files.values() if art else []):
-        tracker.artifact(run_id, f)
-    for key, pts in (art.data.get("curves", {}) if art else {}).items():
-        tracker.curve(run_id, key, pts)
 
 
 # --------------------------------------------------------------------------- verdict and reports
@@ -460,40 +460,4 @@ def _judge(report: dict[str, Any], s: Scenario, oracle: Oracle) -> None:
         print(*(f"leakmeter: {m}" for m in violations), sep="\n", file=sys.stderr)
     report.update(verdict=v, risk=risk, verdict_reason=why)
     report["queries_total"] = sum(a["queries"] for a in report["attacks"])
-    report["queries_sent_total"] = oracle.ledger.used
-
-
-def _finish(report: dict[str, Any], s: Scenario, tracker: Tracker, parent: str | None,
-            outdir: Path, json_path: str | Path | None, status: str) -> None:
-    """Write the report files, log them and the summary to MLflow, and end the parent run."""
-    report["mlflow_run_id"] = parent
-    report["tracking_uri"] = tracker.uri if tracker.enabled else None
-    try:
-        render.write_json(report, outdir / "report.json")
-        (outdir / "report.md").write_text(render.to_markdown(report))
-        write_html(report, outdir / "report.html", s.public_dump())
-        if json_path:
-            render.write_json(report, json_path)
-        tracker.metrics(parent, _summary_metrics(report))
-        tracker.tags(parent, {"verdict": report["verdict"], "risk": report.get("risk") or "none"})
-        for name in ("report.json", "report.md"):
-            tracker.artifact(parent, outdir / name)
-        for extra in sorted(outdir.glob("*.png")) + sorted(outdir.glob("*.html")):
-            tracker.artifact(parent, extra)
-    finally:
-        tracker.end(parent, status)
-
-
-def _summary_metrics(report: dict[str, Any]) -> dict[str, float]:
-    metrics = {f"victim_{k}": v for k, v in report["victim"].items()
-               if isinstance(v, int | float) and not isinstance(v, bool)}
-    metrics["queries_total"] = report.get("queries_total", 0)
-    if report.get("privacy"):
-        metrics["dp_epsilon"] = report["privacy"]["epsilon"]
-    for a in report["attacks"]:
-        for k, v in a.get("metrics", {}).items():
-            metrics[f"{a['name']}.{k}"] = v
-    for r in report.get("rero", []):
-        if "metric" in r:
-            metrics[r["metric"]] = r["gamma"]
-    return metrics
+    report["queries_sent_total"] = oracle.quotas.used

@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import BadInput
+from harness.ray_cluster import ray_preflight
 from harness.scenario import Scenario, parse_value, scenario_from_dict
-from harness.sweep_executors import ray_preflight, run_local, run_ray
+from harness.sweep_executors import run_local, run_ray
 
 
 @dataclass
@@ -233,10 +234,26 @@ def _end_stray_runs(tracker: Any, sweep_run_id: str) -> None:
                 todo.append(r.info.run_id)
 
 
+def log_sweep_scenario(tracker: Any, run_id: str | None, plan: SweepPlan) -> None:
+    """The grid and the sweep's scenario as `run` logs one: credentials and query strings removed
+    (schema.public_data), every string scrubbed by the tracker — never the raw file, whose URL may
+    carry a key under any parameter name."""
+    import yaml
+
+    from harness.scenario.schema import public_data
+    from victims.http.secrets import SECRETS
+
+    for s in plan.scenarios:  # the secrets the cells' URLs carry, masked wherever they show
+        if s.victim.endpoint is not None:
+            SECRETS.add_url(s.victim.endpoint.url)
+    tracker.text(run_id, json.dumps({"grid": plan.grid, "seeds": plan.seeds}, default=str), "grid.json")
+    tracker.text(run_id, yaml.safe_dump(public_data(plan.raw), sort_keys=False), "scenario.yaml")
+
+
 def run_sweep(plan: SweepPlan, *, scenario_path: str, tracking_uri: str | None, out: str | Path | None,
               jobs: int = 1, threads: int = 1, executor: str = "local", ray_address: str | None = None,
               fresh: bool = False, echo: Callable[[str], None] = print,
-              trust_model_code: bool = False) -> dict[str, Any]:
+              trust_model_code: bool = False, auth_env: str | None = None) -> dict[str, Any]:
     """Run (or resume) the sweep; returns {"sweep_run_id", "results", "skipped", "errors", ...}."""
     import yaml
 
@@ -249,6 +266,9 @@ def run_sweep(plan: SweepPlan, *, scenario_path: str, tracking_uri: str | None, 
     if executor == "ray":
         ray_preflight(ray_address)
     uri = tracking_uri or s0.tracking.uri or default_uri()
+    from victims.http.secrets import SECRETS
+
+    SECRETS.add_url(uri)  # a tracking server's user:password never reaches any output
     if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_absolute():
         uri = f"sqlite:///{Path(uri.removeprefix('sqlite:///')).resolve()}"
     try:
@@ -268,6 +288,10 @@ def run_sweep(plan: SweepPlan, *, scenario_path: str, tracking_uri: str | None, 
                 finished.setdefault(key, r.info.run_id)
             elif r.info.status == "RUNNING":  # left behind by an interrupted sweep
                 client.set_terminated(r.info.run_id, "KILLED")
+        from reports.tracking import process_tag
+
+        tracker.tags(sweep_run_id, {"leakmeter.process": process_tag() or "",  # this process owns it now
+                                    "leakmeter.reaped": ""})
         client.update_run(sweep_run_id, status="RUNNING")
         echo(f"resuming sweep {plan.sweep_id} (MLflow run {sweep_run_id}): "
              f"{len(finished)} of {len(plan.cells)} cells already finished")
@@ -279,9 +303,7 @@ def run_sweep(plan: SweepPlan, *, scenario_path: str, tracking_uri: str | None, 
                        for k, vals in plan.grid.items()}
         tracker.params(sweep_run_id, grid_params | {"seeds": len(plan.seeds), "executor": executor,
                                                     "jobs": jobs})
-        tracker.text(sweep_run_id, json.dumps({"grid": plan.grid, "seeds": plan.seeds}, default=str),
-                     "grid.json")
-        tracker.text(sweep_run_id, Path(scenario_path).read_text(), "scenario.yaml")
+        log_sweep_scenario(tracker, sweep_run_id, plan)
     outroot = Path(out) if out else Path("leakmeter-out") / f"sweep-{plan.sweep_id}"
     outroot = outroot.resolve()
     tasks = []
@@ -295,14 +317,17 @@ def run_sweep(plan: SweepPlan, *, scenario_path: str, tracking_uri: str | None, 
                       "out": str(outroot / f"cell-{i:03d}"), "sweep_run_id": sweep_run_id,
                       "sweep_id": plan.sweep_id, "cell_key": key, "cell_label": cell.label(),
                       "settings": cell.settings, "threads": threads,
-                      "trust_model_code": trust_model_code,
+                      "trust_model_code": trust_model_code, "auth_env": auth_env,
                       "yaml": yaml.safe_dump(data, sort_keys=False)})
     skipped = len(plan.cells) - len(tasks)
     echo(f"sweep {plan.sweep_id}: {len(plan.cells)} cells, {skipped} skipped (finished before), "
          f"{len(tasks)} to run with {executor} executor, {jobs} job(s)")
     count = [0]
 
+    results: list[dict[str, Any]] = []  # filled as cells finish: a stopped sweep keeps them
+
     def on_done(r: dict[str, Any]) -> None:
+        results.append(r)
         count[0] += 1
         if r.get("error"):
             echo(f"  [{count[0]}/{len(tasks)}] {r['label']}: CRASHED: {r['error']}")
@@ -314,19 +339,20 @@ def run_sweep(plan: SweepPlan, *, scenario_path: str, tracking_uri: str | None, 
                  f"{r['wall_s']:.1f} s")
 
     t0 = time.perf_counter()
-    results: list[dict[str, Any]] = []
     status = "FAILED"
     try:
         if tasks:
             if executor == "ray":
-                results = run_ray(tasks, jobs, threads, ray_address, on_done)
+                run_ray(tasks, jobs, threads, ray_address, on_done)
             else:
-                results = run_local(tasks, jobs, threads, on_done)
+                run_local(tasks, jobs, threads, on_done)
         errors = [r for r in results if r.get("error") or r["report"].get("error")
                   or any(a.get("status") == "error" for a in r["report"].get("attacks", []))]
         status = "FAILED" if errors else "FINISHED"
-    except (Interrupted, KeyboardInterrupt):
+    except (Interrupted, KeyboardInterrupt) as exc:
         status = "KILLED"
+        exc.sweep = {"sweep_run_id": sweep_run_id, "tracking_uri": uri, "results": results,
+                     "out": str(outroot)}  # what the CLI writes SARIF/JUnit from
         raise
     finally:
         _end_stray_runs(tracker, sweep_run_id)

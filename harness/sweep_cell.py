@@ -19,21 +19,33 @@ def pin_worker(threads: int) -> None:
     pin_threads(threads)
 
 
+_stopped: list[str] = []  # the signal that stopped a cell in this worker: it starts no other
+
+
 def run_cell(task: dict[str, Any]) -> dict[str, Any]:
     """Run one cell's scenario (in a worker process or Ray task); returns a small summary.
 
-    Never raises: a crash is returned as {"error": ...} so the sweep can carry on.
+    Never raises: a crash is returned as {"error": ...} so the sweep can carry on. A worker that
+    was asked to stop runs no further cell (it answers "not started").
     """
+    if _stopped:
+        return {"cell_key": task["cell_key"], "label": task["cell_label"],
+                "error": f"not started: the sweep was stopped ({_stopped[0]})", "interrupted": _stopped[0]}
     pin_worker(task.get("threads", 1))
     t0 = time.perf_counter()
     from harness.interrupts import Interrupted, handle_signals
+    from harness.progress import sweep_cell
 
+    sweep_cell(task["cell_label"])  # stage lines say which cell; no bars from many processes
     try:
         with handle_signals():  # SIGTERM/SIGINT: the cell's runs end KILLED, its report written
             return _run_cell(task, t0)
     except Interrupted as exc:
+        _stopped.append(exc.name)
         return {"cell_key": task["cell_key"], "label": task["cell_label"],
                 "error": f"interrupted by {exc.name}", "interrupted": exc.name}
+    finally:
+        sweep_cell("")
 
 
 def _run_cell(task: dict[str, Any], t0: float) -> dict[str, Any]:
@@ -46,6 +58,10 @@ def _run_cell(task: dict[str, Any], t0: float) -> dict[str, Any]:
             from victims.models.files import allow_model_code
 
             allow_model_code(True)
+        if task.get("auth_env"):  # the sweep's --auth-env, for this worker
+            from victims.http.endpoint import allow_auth_env
+
+            allow_auth_env(task["auth_env"])
         tags = {"mlflow.parentRunId": task["sweep_run_id"], "leakmeter.kind": "cell",
                 "leakmeter.sweep_id": task["sweep_id"], "leakmeter.cell": task["cell_key"],
                 "leakmeter.cell_label": task["cell_label"]} if task["sweep_run_id"] else {}

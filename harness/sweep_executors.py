@@ -10,16 +10,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from harness.errors import BadInput
+from harness.ray_cluster import THREAD_VARS, start_ray
 from harness.sweep_cell import pin_worker, run_cell
-
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
-               "LEAKMETER_THREADS")
 
 
 def run_local(tasks: list[dict[str, Any]], jobs: int, threads: int,
               on_done: Callable[[dict[str, Any]], None]) -> list[dict[str, Any]]:
-    """Run tasks in at most `jobs` spawned worker processes; returns results in finishing order."""
+    """Run tasks in at most `jobs` spawned worker processes; returns results in finishing order.
+    At most `jobs` tasks are handed to the pool at a time: none waits in the pool's queue, so a
+    stopped sweep starts no further cell (the pool would run a queued one after the signal)."""
     import multiprocessing as mp
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
@@ -31,8 +30,11 @@ def run_local(tasks: list[dict[str, Any]], jobs: int, threads: int,
                                mp_context=mp.get_context("spawn"),
                                initializer=pin_worker, initargs=(threads,))
     try:
-        pending = {pool.submit(run_cell, t) for t in tasks}
-        while pending:
+        queue = list(tasks)
+        pending: set[Any] = set()
+        while queue or pending:
+            while queue and len(pending) < max(1, jobs):
+                pending.add(pool.submit(run_cell, queue.pop(0)))
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for f in done:
                 r = f.result()
@@ -67,60 +69,15 @@ def _stop_workers(pool: Any, grace_s: float = 8.0) -> None:
             p.join(1.0)
 
 
-def ray_preflight(address: str | None) -> None:
-    """Checks a Ray sweep needs before anything is recorded: Ray importable, and a given cluster
-    address answering within seconds (ray.init would otherwise wait for minutes)."""
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        raise BadInput("--executor ray: Ray is not installed; pip install 'leakmeter[ray]'") from None
-    if not address or address == "auto":
-        return
-    import socket
-
-    hostport = address.removeprefix("ray://")
-    host, _, port = hostport.rpartition(":")
-    if not host or not port.isdigit():
-        raise BadInput(f"--ray-address {address}: expected HOST:PORT (or ray://HOST:PORT, or auto)")
-    try:
-        socket.create_connection((host, int(port)), timeout=5).close()
-    except OSError as exc:
-        raise BadInput(f"--ray-address {address}: nothing answers there ({exc.strerror or exc}); "
-                       "start the cluster with `ray start --head` or omit the option for a local Ray"
-                       ) from None
-
-
-def _ray_cause(exc: BaseException) -> str:
-    """The line of a Ray start-up error that names the cause (Ray puts it deep in the text)."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    for key in ("token", "auth", "version", "refused", "timed out", "timeout"):
-        hit = next((ln for ln in lines if key in ln.lower()), None)
-        if hit:
-            return hit[:300]
-    return (lines[-1] if lines else type(exc).__name__)[:300]
-
-
 def run_ray(tasks: list[dict[str, Any]], jobs: int, threads: int, address: str | None,
             on_done: Callable[[dict[str, Any]], None]) -> list[dict[str, Any]]:
     """Run tasks as Ray tasks (one CPU each) on `address`, or on a local Ray started for the sweep
     (whatever RAY_ADDRESS says); at most `jobs` tasks are in flight, on a cluster too."""
     import ray
 
-    env = {v: str(threads) for v in THREAD_VARS} | {"MLFLOW_DISABLE_TELEMETRY": "true",
-                                                    "TQDM_DISABLE": os.environ.get("TQDM_DISABLE", "1")}
     started = not ray.is_initialized()
     if started:
-        kwargs: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": False,
-                                  "configure_logging": False}
-        if address:
-            kwargs["address"] = address
-        else:  # a new local instance, even beside a running cluster or with RAY_ADDRESS set
-            kwargs.update(address="local", num_cpus=max(1, jobs), include_dashboard=False)
-        try:
-            ray.init(**kwargs)
-        except Exception as exc:  # noqa: BLE001 - an unreachable cluster is a bad option
-            raise BadInput(f"--ray-address {address or '(local)'}: cannot start or reach Ray: "
-                           f"{type(exc).__name__}: {_ray_cause(exc)}") from None
+        start_ray(address, max(1, jobs), threads)
     results: list[dict[str, Any]] = []
     in_flight: list[Any] = []
     try:

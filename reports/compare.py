@@ -53,16 +53,24 @@ def utility_of(report: dict[str, Any]) -> float | None:
     return None
 
 
+def _guarantee(row: dict[str, Any]) -> float | None:
+    """A bound row's γ as a guarantee: its γ when rigorous, else its `gamma_rigorous` (the same
+    bound at the conservative κ, for a pool-centred estimate); None for rows that bound nothing
+    (no DP: `none`; skipped priors; checks of measured attacks)."""
+    bound = str(row.get("bound", ""))
+    if bound in ("none", "skipped") or bound.startswith("check"):
+        return None
+    g = row.get("gamma") if row.get("rigorous", True) is not False else row.get("gamma_rigorous")
+    return float(g) if isinstance(g, int | float) and not isinstance(g, bool) else None
+
+
 def rero_gamma(rows: list[dict[str, Any]]) -> float | None:
-    """The report's headline ReRo γ: at its first η, the row marked tightest (else the smallest γ)
-    among rigorous bounds; None without bounds."""
-    ok = [r for r in rows if isinstance(r.get("gamma"), int | float) and r.get("rigorous", True) is not False
-          and not str(r.get("bound", "")).startswith("check")]
+    """The report's headline ReRo γ: the tightest guarantee (smallest rigorous γ) at its first η;
+    None without a DP bound (no DP-SGD: there is no guarantee to show)."""
+    ok = [(r, g) for r in rows if (g := _guarantee(r)) is not None]
     if not ok:
         return None
-    first = [r for r in ok if r.get("eta") == ok[0].get("eta")]
-    tight = [r for r in first if r.get("tightest")]
-    return float(min(r["gamma"] for r in (tight or first)))
+    return min(g for r, g in ok if r.get("eta") == ok[0][0].get("eta"))
 
 
 def _risk_idx(r: str | None) -> int:
@@ -259,7 +267,8 @@ def rows(cmp: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             else:
                 row += [f"{a['metric']}={fmt_value(a['value'])}" if a["metric"] else "-", a["risk"] or "-"]
         if has_gamma:
-            row.append(fmt_value(c["rero_gamma"]) if c["rero_gamma"] is not None else "-")
+            row.append(fmt_value(c["rero_gamma"]) if c["rero_gamma"] is not None
+                       else "no DP" if c["epsilon"] is None else "-")
         row += [c["verdict"], "yes" if c["pareto"] else ""]
         out.append(row)
     return head, out
@@ -274,6 +283,57 @@ def to_table(cmp: dict[str, Any]) -> str:
     lines += ["  ".join(x.ljust(w[i]) for i, x in enumerate(r)) for r in body]
     lines += ["", cmp["message"]]
     return "\n".join(lines) + "\n"
+
+
+def to_terminal(cmp: dict[str, Any], width: int = 100) -> str:
+    """The comparison for a terminal `width` columns wide (rich): one row per cell with the
+    columns that tell cells apart — utility, ε, budget, ReRo γ (left out where every cell has the
+    same value, or the cell's label already shows it), verdict, worst risk, the attacks at or
+    above the failure level — wrapped to fit; every attack's metric stays in compare.md/.txt."""
+    import io
+
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    fail_on = (cmp.get("policy") or {}).get("fail_on", "high")
+    bar = min(LEVELS.index(fail_on) if fail_on in LEVELS else len(LEVELS), len(LEVELS) - 1)
+    rec = (cmp.get("recommended") or {}).get("label")
+    keys = " ".join(cmp.get("keys") or [])
+    cols: dict[str, list[str]] = {"cell": [], "utility": [], "ε": [], "budget": [], "ReRo γ": [],
+                                  "verdict": [], "risk": [], f"attacks ≥ {LEVELS[bar]}": []}
+    for c in cmp["cells"]:
+        worst = [f"{n} ({a['risk']})" for n, a in c["attacks"].items()
+                 if a.get("status") == "ok" and _risk_idx(a.get("risk")) >= bar]
+        unfinished = [f"{n} ({a['status']})" for n, a in c["attacks"].items()
+                      if a.get("status") in ("incomplete", "error")]
+        gamma = (fmt_value(c["rero_gamma"]) if c["rero_gamma"] is not None
+                 else "no DP" if c["epsilon"] is None else "-")
+        values = [("* " if c["label"] == rec else "") + c["label"] + (" (pareto)" if c["pareto"] else ""),
+                  fmt_value(c["utility"]), "none" if c["epsilon"] is None else fmt_value(c["epsilon"]),
+                  "none" if c["budget"] is None else fmt_value(c["budget"]), gamma, c["verdict"],
+                  c["risk"] or "-", ", ".join(worst + unfinished) or "-"]
+        for col, v in zip(cols, values, strict=True):
+            cols[col].append(v)
+    shown = {"ε": "epsilon" not in keys, "budget": "query_budget" not in keys}
+    drop = [k for k in ("ε", "budget", "ReRo γ")
+            if len(set(cols[k])) == 1 and len(cols["cell"]) > 1 or not shown.get(k, True)]
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for name in (k for k in cols if k not in drop):
+        table.add_column(name, overflow="fold", ratio=3 if name == "cell" else 4 if name.startswith("attacks")
+                         else None, no_wrap=name in ("utility", "verdict", "risk"))
+    for i in range(len(cols["cell"])):
+        table.add_row(*(cols[k][i] for k in cols if k not in drop))
+    out = io.StringIO()
+    console = Console(file=out, width=max(40, width), color_system=None, highlight=False, markup=False)
+    console.print(table)
+    same = [f"{k} {cols[k][0]}" for k in drop if cols[k] and len(set(cols[k])) == 1 and shown.get(k, True)]
+    if same:
+        console.print("every cell: " + "; ".join(same))
+    console.print(cmp["message"])
+    console.print("* recommended; (pareto): on the utility-risk Pareto front; each attack's metric: "
+                  "compare.md")
+    return "\n".join(ln.rstrip() for ln in out.getvalue().splitlines() if ln.strip()) + "\n"
 
 
 def to_markdown(cmp: dict[str, Any]) -> str:

@@ -24,6 +24,7 @@ from jinja2 import Environment, FileSystemLoader
 from markupsafe import Markup, escape
 
 from reports import mitigation
+from reports.outputs import write_output
 from reports.plots import curve_x
 
 IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif",
@@ -113,6 +114,12 @@ def verdict_sentence(report: dict[str, Any]) -> tuple[str, str]:
     return cls, f"{word} — {text}"
 
 
+def _more(items: list[Any], shown: int = 3) -> str:
+    """"; and N more (see the table below)" when a quote shows only the first `shown` items."""
+    n = len(items) - shown
+    return f"; and {n} more (see the table below)" if n > 0 else ""
+
+
 def verdict_parts(report: dict[str, Any]) -> tuple[str, str, str]:
     """(css class, VERDICT WORD, what it means here) per the contract's outcomes."""
     fail_on = (report.get("policy") or {}).get("fail_on", "high")
@@ -124,7 +131,7 @@ def verdict_parts(report: dict[str, Any]) -> tuple[str, str, str]:
         levels = ("low", "medium", "high")
         bar = levels.index(fail_on) if fail_on in levels else len(levels)
         worst = [a for a in attacks if a.get("risk") in levels and levels.index(a["risk"]) >= bar]
-        why = "; ".join(f"{a['name']}: {a.get('reason', '')}" for a in worst[:3])
+        why = "; ".join(f"{a['name']}: {a.get('reason', '')}" for a in worst[:3]) + _more(worst)
         text = (f"this deployment leaks. {len(worst)} attack(s) reached {fail_on} risk or above "
                 f"(the policy fails at {fail_on}). {why}").strip()
         if report.get("rero_violations"):
@@ -145,7 +152,7 @@ def verdict_parts(report: dict[str, Any]) -> tuple[str, str, str]:
             text = f"no risk was shown, but that is not evidence of safety, so this is not a pass: {reason}."
         elif unfinished:
             how = "; ".join(f"{a['name']} ({a.get('stopped_by') or 'stopped'}: {a.get('reason', '')})"
-                            for a in unfinished[:3])
+                            for a in unfinished[:3]) + _more(unfinished)
             text = (f"no attack showed {fail_on} risk, but {len(unfinished)} requested attack(s) could "
                     f"not finish, so this is not a pass. {how}")
         else:
@@ -153,9 +160,12 @@ def verdict_parts(report: dict[str, Any]) -> tuple[str, str, str]:
         return "inconclusive", "INCONCLUSIVE", text
     if v == "pass":
         ran = [a for a in attacks if a.get("status") == "ok"]
-        return "pass", "PASS", (f"every requested attack ran to the end and none reached the policy's "
-                                f"failure level ({fail_on}); the worst risk found was {report.get('risk')}. "
-                                f"{len(ran)} attack(s) ran.")
+        held = [a for a in ran if a.get("stopped_by") == "budget"]
+        how = ("every requested attack ran to the end" if not held else
+               f"{len(ran) - len(held)} attack(s) ran to the end and {len(held)} were stopped by the "
+               f"query budget ({_names(held)}), which a surrogate under the same budget showed to hold")
+        return "pass", "PASS", (f"{how}; none reached the policy's failure level ({fail_on}); the "
+                                f"worst risk found was {report.get('risk')}. {len(ran)} attack(s) ran.")
     return "error", "NO VERDICT", "the run ended before a verdict was reached; the results below are partial."
 
 
@@ -205,7 +215,8 @@ def _deployment(report: dict[str, Any]) -> list[tuple[str, Any]]:
     rows.append(("defenses", ", ".join(report.get("defenses") or []) or "none"))
     qb = report.get("query_budget")
     budget = qb if qb is not None else "∞"
-    rows.append(("queries used / budget", f"{report.get('queries_total', 0)} / {budget}"))
+    rows.append(("queries used (all attacks) / budget per attacker",
+                 f"{report.get('queries_total', 0)} / {budget}"))
     return rows
 
 
@@ -269,5 +280,5 @@ def write_html(report: dict[str, Any], path: str | Path, scenario: dict[str, Any
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     figures = sorted(p.parent.glob("*.png"))
-    p.write_text(to_html(report, scenario, figures), encoding="utf-8")
+    write_output(p, to_html(report, scenario, figures))  # renamed over a regular file only
     return p

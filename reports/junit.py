@@ -12,13 +12,15 @@ above its DP bound, adds a case named `run`. Works on plain report dicts.
 
 from __future__ import annotations
 
+import io
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
 from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
+
+from reports.outputs import write_output
 
 LEVELS = ("low", "medium", "high")
 
@@ -112,8 +114,7 @@ def write_junit(path: str | Path, reports: list[tuple[str | None, dict[str, Any]
     for suite in extra or []:
         xml.add_testsuite(suite)
     xml.update_statistics()
-    p = Path(path)
-    tmp = p.with_name(p.name + f".tmp{os.getpid()}")
-    xml.write(str(tmp), pretty=True)
-    tmp.replace(p)
-    return p
+    buf = io.BytesIO()
+    xml.write(buf, pretty=True)
+    # a temporary file renamed over a regular file only: never a device, never through a link
+    return write_output(path, buf.getvalue())

@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from reports.outputs import write_output
+
 
 def _clean(v: Any) -> Any:
     if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
@@ -24,10 +26,15 @@ def to_json(report: dict[str, Any]) -> str:
 
 
 def write_json(report: dict[str, Any], path: str | Path) -> Path:
+    """Write the report JSON (reports/outputs.py: renamed over a regular file only)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(to_json(report))
-    return p
+    return write_output(p, to_json(report))
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write a report file the same way (renamed over a regular file only)."""
+    return write_output(path, text)
 
 
 def _fmt(v: Any) -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ import yaml
 from reports import mitigation
 from reports.compare import key_metric
 from reports.metadata import leakmeter_version
+from reports.outputs import write_output
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 LEVEL_OF_RISK = {"high": "error", "medium": "warning", "low": "note"}
@@ -60,11 +60,21 @@ def attack_line(lines: dict[str, int], attack: str) -> int:
     return lines.get(f"attack:{attack}") or lines.get("attacks") or lines.get("interface") or 1
 
 
+def source_root(path: Path) -> Path:
+    """The root a scenario's URI is relative to: the repository that holds it (the nearest folder
+    above it with a .git), else the working directory (the checkout in CI)."""
+    for folder in path.parents:
+        if (folder / ".git").exists():
+            return folder
+    return Path.cwd().resolve()
+
+
 def artifact_uri(path: str | Path) -> tuple[str, str | None]:
-    """(uri, uriBaseId): relative to the working directory (the checkout in CI) when inside it."""
+    """(uri, uriBaseId): relative to the repository root (`%SRCROOT%`) when the file is inside
+    it; a file URI only for a scenario outside any repository and the working directory."""
     p = Path(path).resolve()
     try:
-        return p.relative_to(Path.cwd().resolve()).as_posix(), "%SRCROOT%"
+        return p.relative_to(source_root(p)).as_posix(), "%SRCROOT%"
     except ValueError:
         return p.as_uri(), None
 
@@ -198,7 +208,8 @@ def to_sarif(reports: list[tuple[str | None, dict[str, Any]]], scenario_path: st
         "properties": {"scenario": first.get("scenario"), "verdict": _overall(verdicts)},
     }
     if uri[1]:
-        run["originalUriBaseIds"] = {uri[1]: {"uri": Path.cwd().resolve().as_uri() + "/"}}
+        # no absolute path of this machine: the consumer (GitHub, GitLab) knows where its checkout is
+        run["originalUriBaseIds"] = {uri[1]: {"description": {"text": "the repository root"}}}
     return {"$schema": SCHEMA_URI, "version": "2.1.0", "runs": [run]}
 
 
@@ -213,9 +224,6 @@ def write_sarif(path: str | Path, reports: list[tuple[str | None, dict[str, Any]
                 scenario: dict[str, Any] | None = None, sweep_cells: list[dict[str, Any]] | None = None,
                 category: str | None = None) -> Path:
     """Write the SARIF log as JSON; returns the path."""
-    p = Path(path)
     log = to_sarif(reports, scenario_path, scenario, sweep_cells, category)
-    tmp = p.with_name(p.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(log, indent=2, default=str, allow_nan=False), encoding="utf-8")
-    tmp.replace(p)
-    return p
+    # a temporary file renamed over a regular file only: never a device, never through a link
+    return write_output(path, json.dumps(log, indent=2, default=str, allow_nan=False))

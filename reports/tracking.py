@@ -7,6 +7,12 @@ when the run crashed, KILLED when it was interrupted — so none is left RUNNING
 Many processes may share one embedded store: its schema is created once under a file lock, and
 "database is locked" is retried. A tracking server that does not answer is reported within
 `PROBE_TIMEOUT_S` (`TrackingUnavailable`), before anything is logged.
+
+A process killed outright (kill -9, a lost machine) cannot end its runs. Every run is tagged with
+the process that owns it (`leakmeter.process`: host, PID namespace, PID and start time); when a
+Tracker opens an experiment it marks KILLED the RUNNING runs of processes on this host and PID
+namespace that no longer exist (tag `leakmeter.reaped`). Runs of other hosts are left alone: their
+processes cannot be seen from here. (Linux only: elsewhere nothing is reaped.)
 """
 
 from __future__ import annotations
@@ -81,23 +87,20 @@ def _sqlite_path(uri: str) -> Path | None:
 
 @contextlib.contextmanager
 def _store_lock(uri: str) -> Iterator[None]:
-    """An exclusive file lock beside an embedded SQLite store (no-op for other stores)."""
+    """An exclusive file lock beside an embedded SQLite store, on every platform (filelock);
+    a no-op for other stores. Also quiets MLflow's INFO lines about creating a fresh schema."""
     db = _sqlite_path(uri)
     if db is None:
         yield
         return
-    try:
-        import fcntl
-    except ImportError:  # no POSIX locks: rely on the retries alone
-        yield
-        return
+    import logging
+
+    from filelock import FileLock
+
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
     db.parent.mkdir(parents=True, exist_ok=True)
-    with open(db.with_name(db.name + ".lock"), "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with FileLock(str(db.with_name(db.name + ".lock"))):
+        yield
 
 
 def probe_server(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
@@ -114,6 +117,56 @@ def probe_server(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
                                   f"({type(exc).__name__})") from None
     if resp.status_code >= 500:
         raise TrackingUnavailable(f"the tracking server answers HTTP {resp.status_code}")
+
+
+def check_store(uri: str) -> None:
+    """TrackingUnavailable at once for an embedded store that cannot be one (MLflow would retry
+    opening it for about 100 s): the path is a folder, or something else that is not a file."""
+    db = _sqlite_path(uri)
+    if db is None or not db.exists():
+        return
+    if db.is_dir():
+        raise TrackingUnavailable(f"{db} is a folder; an embedded store is a file (sqlite:///path/mlflow.db)")
+    if not db.is_file():
+        raise TrackingUnavailable(f"{db} is not a regular file")
+
+
+def _proc_start(pid: int) -> str | None:
+    """The start time of a process (clock ticks since boot, from /proc), or None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]  # field 22 of stat; fields after "(comm)" start at 3
+
+
+def _namespace() -> str | None:
+    """This host and PID namespace (PIDs mean something only within one), or None off Linux."""
+    import socket
+
+    try:
+        ns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+    return f"{socket.gethostname()}|{ns}"
+
+
+def process_tag() -> str | None:
+    """`leakmeter.process` for runs this process starts: namespace|pid|start time."""
+    ns, start = _namespace(), _proc_start(os.getpid())
+    return f"{ns}|{os.getpid()}|{start}" if ns and start else None
+
+
+def orphaned(tag: str | None) -> bool:
+    """Whether the process a `leakmeter.process` tag names is gone (this namespace only)."""
+    ns = _namespace()
+    if not tag or ns is None or not tag.startswith(ns + "|"):
+        return False
+    try:
+        pid, start = tag[len(ns) + 1 :].split("|")
+        return _proc_start(int(pid)) != start
+    except ValueError:
+        return False
 
 
 def default_uri() -> str:
@@ -141,13 +194,29 @@ class Tracker:
         self.experiment = experiment
         self.client = None
         self.experiment_id: str | None = None
+        self.reaped: list[str] = []  # runs of dead processes marked KILLED when this tracker opened
         if enabled:
             probe_server(self.uri)
+            check_store(self.uri)
             from mlflow.tracking import MlflowClient
 
             with _store_lock(self.uri):  # the first use of a fresh store creates its schema
                 self.client = MlflowClient(tracking_uri=self.uri)
                 self.experiment_id = _retrying(self._experiment_id, experiment)
+            self.reaped = self.reap()
+
+    def reap(self) -> list[str]:
+        """Mark KILLED the RUNNING runs of this experiment whose process is gone (see the module
+        docstring); returns their ids."""
+        if _namespace() is None:
+            return []
+        runs = self._call("search_runs", [self.experiment_id], "attributes.status = 'RUNNING'",
+                          max_results=1000)
+        gone = [r.info.run_id for r in runs if orphaned(r.data.tags.get("leakmeter.process"))]
+        for run_id in gone:
+            self._call("set_tag", run_id, "leakmeter.reaped", "its process was gone (killed outright)")
+            self._call("set_terminated", run_id, "KILLED")
+        return gone
 
     def _experiment_id(self, name: str) -> str:
         exp = self.client.get_experiment_by_name(name)
@@ -172,6 +241,9 @@ class Tracker:
         tags = {k: self.scrub(str(v)) for k, v in (tags or {}).items()}
         if parent:
             tags["mlflow.parentRunId"] = parent
+        owner = process_tag()
+        if owner:  # who can end this run: a later Tracker reaps it if this process is killed outright
+            tags["leakmeter.process"] = owner
         run = self._call("create_run", self.experiment_id, run_name=self.scrub(name), tags=tags)
         return run.info.run_id
 

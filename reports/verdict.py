@@ -9,7 +9,8 @@ fail > error > inconclusive > pass:
 - `inconclusive`: else, some requested attack is `incomplete`, or none ran at all (every attack
   skipped for this interface);
 - `pass`: every requested attack is `ok` (it ran to the end, or the scenario's own query budget
-  stopped it) and its scored risk is below `fail_on`.
+  stopped it and a surrogate under the same budget showed the budget holds) and its scored risk
+  is below `fail_on`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ LEVELS = ("low", "medium", "high")
 STATUSES = ("ok", "incomplete", "skipped", "error")
 VERDICTS = ("pass", "fail", "inconclusive", "error")
 EXIT_CODES = {"pass": 0, "fail": 1, "error": 3, "inconclusive": 4}
+# the verdict as a number that orders runs by the contract's precedence (MLflow metric verdict_code)
+VERDICT_CODES = {"pass": 0, "inconclusive": 1, "error": 2, "fail": 3}
 
 
 def worst(risks: list[str | None]) -> str | None:
@@ -36,7 +39,8 @@ def reaches(risk: str | None, fail_on: str) -> bool:
 
 def status_of(stopped_by: str | None, crashed: bool = False) -> str:
     """An attack's status from why it stopped: `ok` when it ran to the end or the scenario's own
-    budget stopped it; `incomplete` for any other stop; `error` when it crashed."""
+    budget stopped it (the runner then checks the budget with a surrogate); `incomplete` for any
+    other stop (its own cap included); `error` when it crashed."""
     if crashed:
         return "error"
     return "ok" if stopped_by in (None, "budget") else "incomplete"
@@ -59,7 +63,10 @@ def verdict(attacks: list[dict[str, Any]], fail_on: str, run_error: str | None =
         return "inconclusive", risk, f"did not finish: {', '.join(unfinished)}"
     if not any(a.get("status") == "ok" for a in attacks):
         return "inconclusive", risk, "no attack ran: every requested attack was skipped"
-    return "pass", risk, f"every requested attack ran; worst risk {risk} is below fail_on ({fail_on})"
+    held = [a["name"] for a in attacks if a.get("status") == "ok" and a.get("stopped_by") == "budget"]
+    how = "every requested attack ran" + (
+        f" ({', '.join(held)} stopped by the query budget, which held against a surrogate)" if held else "")
+    return "pass", risk, f"{how}; worst risk {risk} is below fail_on ({fail_on})"
 
 
 def exit_code(report: dict[str, Any]) -> int:

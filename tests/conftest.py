@@ -55,3 +55,12 @@ def make_scenario(**over):
 @pytest.fixture
 def scenario_dict():
     return make_scenario
+
+
+def message_lines(stderr: str) -> list[str]:
+    """stderr's lines without the run's stage lines (`leakmeter: [  0.0 s] ...`): what a user
+    must read about bad input is the one error line."""
+    import re
+
+    stage = re.compile(r"^leakmeter: \[\s*[0-9.]+ s\]")
+    return [ln for ln in stderr.splitlines() if ln.strip() and not stage.match(ln)]

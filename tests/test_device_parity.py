@@ -14,7 +14,8 @@ from harness.runner import run_scenario
 from harness.scenario import load_scenario
 
 EXACT = 1e-6
-SHIPPED = sorted(p.stem for p in (REPO / "scenarios").glob("*.yaml")
+SHIPPED = sorted(p.relative_to(REPO / "scenarios").with_suffix("").as_posix()
+                 for p in (REPO / "scenarios").glob("**/*.yaml")  # scenarios/slow/ too
                  if not p.stem.startswith(("endpoint-", "sweep-")))  # a server; a grid of runs
 
 

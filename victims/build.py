@@ -15,3 +15,19 @@ def build_victim(s: Any) -> Victim:
     if s.victim.endpoint is not None:
         return build_remote_victim(s)
     return build_local_victim(s)
+
+
+def check_buildable(s: Any) -> None:
+    """Everything `build_victim` would refuse as bad input, found without training anything or
+    sending a request (`leakmeter validate`: "valid" means runnable): the dataset loads (installed,
+    its files there and well-formed, `classes` among its labels, `n_train` within it), the model
+    file's weights load into `spec` and are finite, and an endpoint's token variable is allowed
+    and set. BadInput on the first problem."""
+    from victims.http.endpoint import read_token
+    from victims.local import check_local
+
+    if s.victim.endpoint is not None:
+        read_token(s.victim.endpoint)
+        if "dataset" not in s.victim.data.model_fields_set and s.victim.model.arch != "file":
+            return  # the endpoint alone: its shape is learnt from its answers
+    check_local(s)

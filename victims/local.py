@@ -144,16 +144,9 @@ def build_local_victim(s: Any) -> Victim:
     torch.manual_seed(s.seed)
     np.random.seed(s.seed)
     data = load_dataset(s.victim.data, s.seed)
-    if data.n_outputs > 1 and s.interface.gradient_class >= data.n_outputs:
-        raise BadInput(f"interface.gradient_class: {s.interface.gradient_class} is not a class of this "
-                       f"victim (allowed: 0 to {data.n_outputs - 1})")
-    if data.task == "regression" and s.interface.output == "label":
-        raise BadInput("interface.output: label is not defined for a regression victim")
+    _check_task(s, data)
     model = model_for(s.victim.model, data.input_shape, data.n_outputs)
-    if getattr(model, "predictions_only", False) and s.interface.kind != "prediction":
-        raise BadInput(f"interface.kind: {s.interface.kind} needs input gradients or weights, which an "
-                       "ONNX model does not give; allowed with ONNX: prediction (or use a state_dict "
-                       "or safetensors file)")
+    _check_model(s, model)
     pretrained = s.victim.model.arch == "file"
     if pretrained:  # a user's model keeps its own precision
         dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), dtype)
@@ -204,6 +197,35 @@ def build_local_victim(s: Any) -> Victim:
     if record.grad_norm is not None:
         rec["optimality_grad_norm"] = record.grad_norm
     return Victim(backend, truth, info, utility, rec)
+
+
+def _check_task(s: Any, data: Dataset) -> None:
+    if data.n_outputs > 1 and s.interface.gradient_class >= data.n_outputs:
+        raise BadInput(f"interface.gradient_class: {s.interface.gradient_class} is not a class of this "
+                       f"victim (allowed: 0 to {data.n_outputs - 1})")
+    if data.task == "regression" and s.interface.output == "label":
+        raise BadInput("interface.output: label is not defined for a regression victim")
+
+
+def _check_model(s: Any, model: nn.Module) -> None:
+    if getattr(model, "predictions_only", False) and s.interface.kind != "prediction":
+        raise BadInput(f"interface.kind: {s.interface.kind} needs input gradients or weights, which an "
+                       "ONNX model does not give; allowed with ONNX: prediction (or use a state_dict "
+                       "or safetensors file)")
+
+
+def check_local(s: Any) -> None:
+    """What `build_local_victim` would refuse as bad input, without training: the dataset loads,
+    the task suits the interface, and a model file loads into its `spec` with finite weights (its
+    shapes only, when it declares more than READ_AT_CHECK; a TorchScript file is never run here)."""
+    data = load_dataset(s.victim.data, s.seed)
+    _check_task(s, data)
+    if s.victim.model.arch == "file":
+        from victims.models.files import check_model_file
+
+        _check_model(s, check_model_file(s.victim.model, data.input_shape, data.n_outputs))
+    else:
+        model_for(s.victim.model, data.input_shape, data.n_outputs)
 
 
 def input_domain(s: Any, data: Dataset) -> tuple[float, float, str]:

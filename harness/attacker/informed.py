@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from harness.progress import sub_bar
 from victims.local import LocalBackend
 from victims.models.files import model_for
 from victims.models.training import train
@@ -94,7 +95,7 @@ class Recipe:
         if self.task == "regression":
             y = y.to(self.dtype)
         torch.manual_seed(seed + 104729)
-        rec = train(model, x, y, self.task, self.training, self.dp, seed)
+        rec = train(model, x, y, self.task, self.training, self.dp, seed, bar=None)
         model.eval()
         for p in model.parameters():
             p.requires_grad_(False)
@@ -174,6 +175,29 @@ class InformedKnowledge:
         """How many trials the training split allows (leaving at least half of it as D₋)."""
         return max(0, len(self.victim.truth.data.x_train) // 2 // candidates)
 
+    @staticmethod
+    def _batched_release(recipe: Recipe, x_minus, y_minus, tx, ty, secret: int) -> list[nn.Module]:
+        """The released models trained together where that is the recipe's own computation
+        (SGD without DP: model t equals recipe.train(D₋ ∪ {z_t}, seed=secret + t), tested);
+        [] otherwise (DP-SGD releases run Opacus itself, one by one)."""
+        from harness.attacker.shadows import batchable
+
+        if recipe.dp is not None or not batchable(recipe) or len(tx) < 2:
+            return []
+        flat = recipe.train_many(x_minus, y_minus, tx, ty, seed=secret)
+        models = []
+        for row in flat:
+            model = recipe.build()
+            state = model.state_dict()
+            sizes = [v.numel() for v in state.values()]
+            model.load_state_dict({k: part.reshape(v.shape) for (k, v), part
+                                   in zip(state.items(), torch.split(row, sizes), strict=True)})
+            model.eval()
+            for p in model.parameters():
+                p.requires_grad_(False)
+            models.append(model)
+        return models
+
     def release(self, n_targets: int, candidates: int = 1, side_labels: bool = False) -> Release:
         """Train `n_targets` released models on D₋ ∪ {z_t}; returns what the attacker sees.
 
@@ -207,13 +231,18 @@ class InformedKnowledge:
         recipe = self.recipe
         views, gnorms = [], []
         secret = int(rng.integers(1 << 30))
+        bar = sub_bar("training the released models", n_targets)
+        batched = self._batched_release(recipe, x_minus, y_minus, tx, ty, secret)
         for t in range(n_targets):
-            model = recipe.train(torch.cat([x_minus, tx[t : t + 1]]),
-                                 torch.cat([y_minus, ty[t : t + 1]]), seed=secret + t)
+            model = batched[t] if batched else recipe.train(torch.cat([x_minus, tx[t : t + 1]]),
+                                                            torch.cat([y_minus, ty[t : t + 1]]),
+                                                            seed=secret + t)
+            bar.update(1)
             if getattr(model, "grad_norm", None) is not None:
                 gnorms.append(float(model.grad_norm))
             backend = LocalBackend(model, info.task, info.n_classes, self.s.interface, dev, dt)
             views.append(self.oracle.sibling(backend, self.s.seed + 31 * t).view(self.attack))
+        bar.close()
         x_aux = as_x(data.x_pool)
         y_aux = as_y(data.y_pool)
         self.truth = InformedTruth(tx, ty, choice if candidates > 1 else None,

@@ -5,9 +5,10 @@ The evaluation set is the victim's members and an equal number of non-members (i
 test split), shuffled by a secret permutation: the attacker gets the points and their labels, in
 that order, never which are members (`MembershipTruth`, for the scorer only). It also gets its
 own pool (the scenario's attacker pool, or a user's `x_pool`/`y_pool`), the victim's declared
-training recipe (`victim.training`, the model spec; a user's model file needs `spec:` for
-reference models), and reference models trained on request (harness/attacker/reference_models.py)
-— one set per run and design, shared by every attack that asks (ML Privacy Meter's signal matrix).
+training recipe (`victim.training`, the model spec, the training-set size; a user's model file
+needs `spec:` for reference models), and reference models trained on request
+(harness/attacker/reference_models.py), here or on Ray (`membership.executor`) — one set per run
+and design, shared by every attack that asks (ML Privacy Meter's signal matrix).
 
 `canary_run(m)` is the one-run audit (Steinke, Nasr, Jagielski 2023) for victims leakmeter trains:
 m mislabeled canaries from held-out data, each included independently with probability ½, added
@@ -26,6 +27,7 @@ import numpy as np
 import torch
 
 from harness.errors import AttackFailed
+from harness.progress import stage
 
 # reference models shared by the attacks of one run: {id(truth): {key: ReferenceSet}}
 _SHARED: dict[int, dict[Any, Any]] = {}
@@ -50,6 +52,7 @@ class EvalSet:
     y: torch.Tensor
     x_pool: torch.Tensor
     y_pool: torch.Tensor
+    train_size: int = 0  # points the victim trained on (the declared recipe's; reference models match it)
 
     def __len__(self) -> int:
         return len(self.x)
@@ -138,9 +141,16 @@ class MembershipKnowledge:
         self._eval = EvalSet(torch.as_tensor(x[order], dtype=dt, device=dev),
                              torch.as_tensor(y[order], device=dev),
                              torch.as_tensor(d.x_pool, dtype=dt, device=dev),
-                             torch.as_tensor(d.y_pool, device=dev))
+                             torch.as_tensor(d.y_pool, device=dev), int(len(d.x_train)))
         self.truth = MembershipTruth(is_member[order], self.victim.truth)
         return self._eval
+
+    def executor(self) -> Any:
+        """Where reference models train: None = here, else the scenario's `membership.executor`
+        (harness/attacker/reference_executors.py)."""
+        from harness.attacker.reference_executors import executor_for
+
+        return executor_for(getattr(self.s, "membership", None))
 
     def shared(self) -> dict[Any, Any]:
         """This run's cache of reference models (one per design), shared across attacks."""
@@ -189,7 +199,8 @@ class MembershipKnowledge:
         model = recipe.build()  # the victim's own initialisation, as for the deployed model
         torch.manual_seed(secret + 104729)
         y_fit = yt.to(dt) if info.task == "regression" else yt
-        rec = train(model, xt, y_fit, info.task, recipe.training, recipe.dp, secret)
+        stage(f"training the canary model (one-run audit, {m} canaries)")
+        rec = train(model, xt, y_fit, info.task, recipe.training, recipe.dp, secret, bar=None)
         model.eval()
         for p in model.parameters():
             p.requires_grad_(False)
@@ -210,7 +221,7 @@ class MembershipAccess:
     requests, nothing of the victim, its oracle or the truth."""
 
     __slots__ = ("kind", "available", "trained_here", "recipe", "eval_set", "shared",
-                 "canary_run", "seed")
+                 "canary_run", "seed", "executor")
 
     def __init__(self, provider: MembershipKnowledge):
         self.kind = "membership"
@@ -221,3 +232,4 @@ class MembershipAccess:
         self.eval_set = provider.eval_set
         self.shared = provider.shared
         self.canary_run = provider.canary_run
+        self.executor = provider.executor

@@ -14,8 +14,8 @@ Minibatch recipes are reproduced as the victim is trained (victims/models/traini
   on every parameter and momentum; a step whose Poisson batch is empty is skipped (as the victim's
   training loop does). Batches are drawn as Opacus draws them, so with negligible noise model k
   equals `recipe.train(..., seed=seed + k)` (tested); the noise comes from the attacker's
-  generator. σ is the recipe's noise multiplier, or the one Opacus derives from its target ε for
-  this q and number of epochs.
+  generators, one per model. σ is the recipe's noise multiplier, or the one Opacus derives from
+  its target ε for this q and number of epochs.
 Per-example norms use ghost norms for Sequential MLPs (harness/attacker/shadows.py) and vmap(vmap(grad))
 otherwise. Full-batch recipes (batch_size null or `steps`) take one step per epoch/step on all n.
 """
@@ -60,14 +60,23 @@ def dp_noise_multiplier(dp: Any, q: float, epochs: int) -> float:
 
 
 def train_stacked(recipe: Any, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor, seed: int = 0,
-                  init_seeds: list[int] | None = None, chunk: int = 64) -> torch.Tensor:
+                  init_seeds: list[int] | None = None, chunk: int = 64, run_chunks: Any = None,
+                  sizes: list[int] | None = None) -> torch.Tensor:
     """(K, P) flat parameters (state_dict order) of K models, model k trained by the recipe on
     (x[idx[k]], y[idx[k]]). idx: (K, n) row indices, every model the same n. `init_seeds`: one
     initialisation seed per model (None = the recipe's known initialisation for all); `seed + k`
-    drives model k's batch order, Poisson sampling and DP noise."""
+    drives model k's batch order, Poisson sampling and DP noise. A model is the same whichever
+    chunk trains it: DP-SGD pads every step's batches to the largest Poisson batch of all K models
+    (`sizes`, computed here when not given), so no chunk sees shapes another does not.
+    `run_chunks(recipe, x, y, idx, seed, init_seeds, sizes)`: trains the models elsewhere (Ray
+    tasks, harness/attacker/reference_executors.py) by calling this function on parts."""
     if not stackable(recipe):
         raise ValueError(f"train_stacked: recipe {recipe.training.optimizer}/{recipe.spec.arch} "
                          "is not stackable")
+    if sizes is None and recipe.dp is not None:
+        sizes = dp_batch_sizes(idx.shape[1], recipe.training, seed, len(idx))
+    if run_chunks is not None:
+        return run_chunks(recipe, x, y, idx, seed, init_seeds, sizes)
     dev, dt = recipe.device, recipe.dtype
     x = x.to(dev, dt)
     y = y.to(dev)
@@ -77,8 +86,29 @@ def train_stacked(recipe: Any, x: torch.Tensor, y: torch.Tensor, idx: torch.Tens
     parts = []
     for i in range(0, len(idx), chunk):
         seeds = None if init_seeds is None else init_seeds[i : i + chunk]
-        parts.append(_train_chunk(recipe, x, y, idx[i : i + chunk], seed + i, seeds))
+        parts.append(_train_chunk(recipe, x, y, idx[i : i + chunk], seed + i, seeds, sizes))
     return torch.cat(parts)
+
+
+def _poisson_masks(n: int, training: Any, seed: int, k: int, device: Any = "cpu"):
+    """Per step, the (k, n) Poisson masks of models seed + 0..k-1, drawn as Opacus' sampler draws
+    them (float32 uniforms from a CPU generator seeded like the victim's loader; a DataLoader
+    iterator draws its base seed every epoch)."""
+    q, per_epoch, epochs, _ = dp_schedule(n, training)
+    samplers = [torch.Generator(device="cpu").manual_seed(seed + j) for j in range(k)]
+    for step_no in range(epochs * per_epoch):
+        if step_no % per_epoch == 0:
+            for g in samplers:
+                torch.empty((), dtype=torch.int64).random_(generator=g)
+        if q >= 1.0:
+            yield torch.ones(k, n, dtype=torch.bool, device=device)
+        else:
+            yield torch.stack([torch.rand(n, generator=g) < q for g in samplers]).to(device)
+
+
+def dp_batch_sizes(n: int, training: Any, seed: int, k: int) -> list[int]:
+    """The largest Poisson batch of models seed + 0..k-1 at every DP-SGD step."""
+    return [int(m.sum(1).max()) for m in _poisson_masks(n, training, seed, k)]
 
 
 def _stack_init(recipe: Any, k: int, init_seeds: list[int] | None):
@@ -92,7 +122,7 @@ def _stack_init(recipe: Any, k: int, init_seeds: list[int] | None):
     return models[0], params
 
 
-def _train_chunk(recipe, x, y, idx, seed, init_seeds) -> torch.Tensor:
+def _train_chunk(recipe, x, y, idx, seed, init_seeds, sizes=None) -> torch.Tensor:
     t0 = time.perf_counter()
     t = recipe.training
     k, n = idx.shape
@@ -106,7 +136,7 @@ def _train_chunk(recipe, x, y, idx, seed, init_seeds) -> torch.Tensor:
     if recipe.dp is None:
         params = _sgd(model, params, names, out, crit, x, y, idx, seed, t)
     else:
-        params = _dp_sgd(model, params, names, out, crit, x, y, idx, seed, recipe)
+        params = _dp_sgd(model, params, names, out, crit, x, y, idx, seed, recipe, sizes)
     flat = torch.cat([params[m].reshape(k, -1) for m in model.state_dict()], dim=1)
     recipe.n_trained += k
     recipe.train_seconds += time.perf_counter() - t0
@@ -124,7 +154,8 @@ def _sgd(model, params, names, out, crit, x, y, idx, seed, t):
         pen = sum(is_w[m] * (p[m] ** 2).sum() for m in names) if wd else 0.0
         return crit(out(p, xb), yb) + 0.5 * wd * pen
 
-    step_grad = vmap(grad(loss))
+    layers = ghost_layers(model)
+    step_grad = vmap(grad(loss)) if layers is None else _mlp_grads(layers, names, crit, wd, is_w)
 
     def step(rows):
         g = step_grad(params, x[rows], y[rows])
@@ -147,8 +178,35 @@ def _sgd(model, params, names, out, crit, x, y, idx, seed, t):
     return params
 
 
-def _dp_sgd(model, params, names, out, crit, x, y, idx, seed, recipe):
-    """DP-SGD with Poisson sampling, per-example clipping and Gaussian noise (Opacus' semantics)."""
+def _mlp_grads(layers, names, crit, wd, is_w):
+    """What vmap(grad(loss)) computes for K stacked MLPs (Linear layers and elementwise
+    activations), from one batched forward (bmm) and one backward of the sum of the K models'
+    losses (each model's gradient is its own loss's: the models share nothing). Several times
+    faster than vmap on small layers, where its per-call overhead dominates."""
+    def grads(params, xb, yb):
+        p = {m: params[m].detach().requires_grad_(True) for m in names}
+        with torch.enable_grad():
+            a = xb
+            for item in layers:
+                if isinstance(item, str):
+                    b = p.get(f"{item}.bias")
+                    a = torch.bmm(a, p[f"{item}.weight"].transpose(1, 2))
+                    a = a + b[:, None, :] if b is not None else a
+                else:
+                    a = item(a)
+            k, n = yb.shape[:2]
+            total = crit(a.reshape(k * n, -1), yb.reshape(k * n)) * k  # Σ_k of model k's mean loss
+            if wd:
+                total = total + 0.5 * wd * sum(is_w[m] * (p[m] ** 2).sum() for m in names)
+            g = torch.autograd.grad(total, [p[m] for m in names])
+        return dict(zip(names, g, strict=True))
+
+    return grads
+
+
+def _dp_sgd(model, params, names, out, crit, x, y, idx, seed, recipe, sizes=None):
+    """DP-SGD with Poisson sampling, per-example clipping and Gaussian noise (Opacus' semantics);
+    `sizes`: the batch length every step is padded to (None: the largest batch of this chunk)."""
     k, n = idx.shape
     t, dp = recipe.training, recipe.dp
     q, per_epoch, epochs, expected = dp_schedule(n, t)
@@ -156,10 +214,8 @@ def _dp_sgd(model, params, names, out, crit, x, y, idx, seed, recipe):
     c = dp.max_grad_norm
     wd, lr, mom = t.weight_decay, t.lr, t.momentum
     dev, dt = x.device, x.dtype
-    gen = torch.Generator(device=dev).manual_seed(seed + 15485863)
-    # Poisson masks drawn as Opacus' sampler draws them (float32 uniforms from a CPU generator
-    # seeded like the victim's loader), so model k samples exactly as recipe.train(seed=seed + k)
-    samplers = [torch.Generator(device="cpu").manual_seed(seed + j) for j in range(k)]
+    # one noise generator per model: model k's noise does not depend on which chunk trains it
+    noise_gens = [torch.Generator(device=dev).manual_seed(seed + j + 15485863) for j in range(k)]
     bufs = {m: torch.zeros_like(p) for m, p in params.items()}
     layers = ghost_layers(model)
     if layers is not None:
@@ -178,19 +234,12 @@ def _dp_sgd(model, params, names, out, crit, x, y, idx, seed, recipe):
             return {m: torch.einsum("km,km...->k...", f, g[m]).detach() for m in names}
 
     ar = torch.arange(n, device=dev)
-    for step_no in range(epochs * per_epoch):
-        if step_no % per_epoch == 0:  # a DataLoader iterator draws its base seed every epoch
-            for g in samplers:
-                torch.empty((), dtype=torch.int64).random_(generator=g)
-        if q >= 1.0:
-            mask = torch.ones(k, n, dtype=torch.bool, device=dev)
-        else:
-            mask = torch.stack([torch.rand(n, generator=g) < q for g in samplers]).to(dev)
+    for step_no, mask in enumerate(_poisson_masks(n, t, seed, k, dev)):
         counts = mask.sum(1)
-        size = int(counts.max())
+        size = int(counts.max()) if sizes is None else sizes[step_no]
         if size == 0:
             continue
-        # each model's sampled points first (stable order), padded to the largest batch
+        # each model's sampled points first (stable order), padded to the step's batch length
         order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)[:, :size]
         valid = (ar[None, :size] < counts[:, None]).to(dt)
         rows = idx.gather(1, order)
@@ -200,7 +249,8 @@ def _dp_sgd(model, params, names, out, crit, x, y, idx, seed, recipe):
             for m in names:
                 p = params[m]
                 shape = (k,) + (1,) * (p.dim() - 1)
-                noise = torch.randn(p.shape, generator=gen, device=dev, dtype=dt)
+                noise = torch.stack([torch.randn(p.shape[1:], generator=g, device=dev, dtype=dt)
+                                     for g in noise_gens])
                 g = (sums[m] + sigma * c * noise) / expected + wd * p
                 new_buf = mom * bufs[m] + g if mom else g
                 a = active.reshape(shape)

@@ -119,12 +119,18 @@ class Attack:
     def run(self, oracle: Any, params: Any, ctx: RunContext) -> Artifact:
         raise NotImplementedError
 
-    def judge(self, metrics: dict[str, float], artifact: Artifact) -> tuple[str, str]:
-        """Return (risk, reason) from the scored metrics: risk in low | medium | high."""
+    def judge(self, metrics: dict[str, float], artifact: Artifact) -> tuple[str | None, str]:
+        """Return (risk, reason) from the scored metrics: risk in low | medium | high, or None
+        when the metrics cannot support any level (nothing verified: the attack is incomplete)."""
         raise NotImplementedError
 
     def skip_reason(self, info: Any) -> str | None:
-        """Why this attack cannot run against a deployment with `info`, or None."""
+        """Why this attack cannot run against a deployment with `info`, or None. Extraction and
+        span recovery decline a white-box release: the released weights are the model and its
+        first-layer span, so "stealing" them would be a finding that says nothing."""
         if info.interface not in self.needs:
             return f"needs one of {sorted(self.needs)}; the deployment offers {info.interface}"
+        if info.interface == "whitebox" and self.family in ("extraction", "span"):
+            return ("the weights are released (white-box): the model and its first-layer span are "
+                    f"the attacker's already, so {self.family} would show nothing more")
         return None

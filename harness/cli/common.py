@@ -15,6 +15,11 @@ TRUST = click.option(
     "--trust-model-code", is_flag=True,
     help="Allow victim.model.format: torchscript. A TorchScript file is a program: its code RUNS when it "
          "is loaded. Only for files you trust; without this flag such files are refused (exit 2).")
+AUTH_ENV = click.option(
+    "--auth-env", metavar="VAR",
+    help="The environment variable holding the endpoint's token, chosen by you for this run. A scenario "
+         "may itself name only variables starting with LEAKMETER_ (scenarios travel between people, "
+         "and the token is sent to the scenario's URL).")
 SET = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
                    help="Override a scenario key by dotted path, e.g. defenses.dp_sgd.epsilon=4.")
 
@@ -27,15 +32,24 @@ def ci_outputs(fn):
                         help="Write SARIF 2.1.0 here (code scanning: one result per finding).")(fn)
 
 
-def check_output_paths(**paths) -> None:
-    """BadInput, before anything runs, when an output file's folder does not exist."""
-    from pathlib import Path
-
+def check_output_paths(out: str | None = None, **paths) -> None:
+    """BadInput, before anything runs, when an output cannot be written: a file's folder is missing
+    or takes no new file, the file is a device, a pipe or a folder, or a symlink out of its folder
+    (reports/outputs.py); the --out folder (or its nearest existing parent) takes no new file."""
     from harness.errors import BadInput
+    from reports.outputs import OutputRefused, check_folder, check_writable
 
+    try:
+        if out:
+            check_folder(out)
+    except OutputRefused as exc:
+        raise BadInput(f"--out: {exc}") from None
     for flag, path in paths.items():
-        if path and not Path(path).resolve().parent.is_dir():
-            raise BadInput(f"--{flag}: folder {Path(path).resolve().parent} does not exist")
+        try:
+            if path:
+                check_writable(path)
+        except OutputRefused as exc:
+            raise BadInput(f"--{flag}: {exc}") from None
 
 
 def write_ci_outputs(sarif_path, junit_path, reports, scenario_path, scenario=None, sweep_cells=None,
@@ -125,4 +139,11 @@ def print_summary(report: dict) -> None:
     """Attack lines, the verdict, and where the report went."""
     print_attacks(report)
     print_verdict(report)
-    click.echo(f"report: {report.get('outdir')}/report.json; mlflow run: {report.get('mlflow_run_id')}")
+    click.echo(where_line(report))
+
+
+def where_line(report: dict) -> str:
+    """Where the report went, and its MLflow run (or that tracking was off)."""
+    run = report.get("mlflow_run_id")
+    return (f"report: {report.get('outdir')}/report.json; "
+            + (f"mlflow run: {run}" if run else "mlflow: off (no tracking)"))

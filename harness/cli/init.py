@@ -49,7 +49,9 @@ def init(model, data, interface, output, name, out, force, ask) -> None:
     model = _ask(model, "Model file (none: leakmeter trains one)", "none", ask)
     data = _ask(data, f"Data: {' | '.join(DATASETS)} | an .npz file | an IDX folder", "digits", ask)
     interface = _ask(interface, "Interface", "prediction", ask, list(INTERFACES))
-    output = _ask(output, "What predict returns", "probabilities", ask, list(OUTPUTS))
+    if ask:  # left out and not asked: probabilities, or logits for a regression model
+        output = _ask(output, "What predict returns (regression: logits)", "probabilities", ask,
+                      list(OUTPUTS))
     answers = Answers(data=data, interface=interface, output=output,
                       model=None if str(model).lower() in ("none", "") else model, name=name)
     stem = slug(name or (Path(answers.model).stem if answers.model else Path(data).stem))

@@ -7,6 +7,7 @@ import sys
 import click
 
 from harness.cli.common import (
+    AUTH_ENV,
     SET,
     THREADS,
     TRUST,
@@ -28,11 +29,12 @@ from harness.threads import pin_threads
 @click.option("--tracking-uri", help="MLflow tracking URI (default: sqlite:///mlflow.db here).")
 @click.option("--no-tracking", is_flag=True, help="Do not log to MLflow.")
 @ci_outputs
+@AUTH_ENV
 @TRUST
 @THREADS
 @guarded
 def run(scenario, overrides, json_path, out, tracking_uri, no_tracking, sarif_path, junit_path,
-        trust_model_code, threads) -> None:
+        auth_env, trust_model_code, threads) -> None:
     """Run every attack the SCENARIO's deployment allows and print the verdict."""
     pin_threads(threads)
     apply_trust(trust_model_code)
@@ -43,15 +45,17 @@ def run(scenario, overrides, json_path, out, tracking_uri, no_tracking, sarif_pa
     from harness.scenario import load_scenario
     from reports.verdict import exit_code
 
-    check_output_paths(json=json_path, sarif=sarif_path, junit=junit_path)
-    s = load_scenario(scenario, list(overrides))
+    check_output_paths(out, json=json_path, sarif=sarif_path, junit=junit_path)
+    s = load_scenario(scenario, list(overrides), auth_env)
     if no_tracking:
         s.tracking.enabled = False
     try:
         report = run_scenario(s, tracking_uri=tracking_uri, out=out, json_path=json_path,
                               source=Path(scenario).read_text())
-    except Interrupted as exc:  # the partial report reaches CI too
-        write_ci_outputs(sarif_path, junit_path, [(None, exc.report)], scenario, s.public_dump())
+    except Interrupted as exc:  # the partial report reaches CI too (none before the victim is built)
+        report = getattr(exc, "report", None)
+        if report is not None:
+            write_ci_outputs(sarif_path, junit_path, [(None, report)], scenario, s.public_dump())
         raise
     print_summary(report)
     write_ci_outputs(sarif_path, junit_path, [(None, report)], scenario, s.public_dump())
@@ -61,18 +65,23 @@ def run(scenario, overrides, json_path, out, tracking_uri, no_tracking, sarif_pa
 @click.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @SET
+@AUTH_ENV
 @TRUST
 @guarded
-def validate(scenario, overrides, trust_model_code) -> None:
-    """Check a SCENARIO file (its keys, attack list, files and size) without running anything."""
+def validate(scenario, overrides, auth_env, trust_model_code) -> None:
+    """Check a SCENARIO file without running anything: its keys, attack list, files and size, and
+    everything `run` would refuse before its first attack (the data loads, the model file loads
+    into its spec, the endpoint's token is set). Nothing is trained, no request is sent."""
     pin_threads(None)
     apply_trust(trust_model_code)
     from harness.runner import plan_attacks
     from harness.scenario import load_scenario
+    from victims.build import check_buildable
 
-    s = load_scenario(scenario, list(overrides))
+    s = load_scenario(scenario, list(overrides), auth_env)
     plan = plan_attacks(s)
     _files_exist(s)
+    check_buildable(s)
     click.echo(f"{scenario}: valid ({s.name}; interface {s.interface.kind}/{s.interface.output}; "
                f"{len(plan)} attack(s) planned)")
 
@@ -94,10 +103,10 @@ def _files_exist(s) -> None:
 @click.command()
 def attacks() -> None:
     """List the registered attacks: name, family, interfaces, paper section."""
-    from harness.attacks import registry
+    from harness.attack_catalog import catalog  # the attacks' declarations, without importing torch
 
-    rows = [(c.name, c.family, ",".join(sorted(c.needs)), c.paper, c.summary)
-            for c in registry().values()]
+    rows = [(c["name"], c["family"], ",".join(c["needs"]), c["paper"], c["summary"])
+            for c in catalog().values()]
     w = [max(len(r[i]) for r in rows + [("name", "family", "needs", "paper", "")]) for i in range(4)]
     click.echo(f"{'name':<{w[0]}}  {'family':<{w[1]}}  {'needs':<{w[2]}}  {'paper':<{w[3]}}  summary")
     for r in rows:

@@ -8,6 +8,7 @@ import sys
 import click
 
 from harness.cli.common import (
+    AUTH_ENV,
     SET,
     THREADS,
     TRUST,
@@ -17,6 +18,7 @@ from harness.cli.common import (
     guarded,
     print_attacks,
     print_verdict,
+    where_line,
     write_ci_outputs,
 )
 from harness.threads import pin_threads
@@ -36,11 +38,12 @@ from harness.threads import pin_threads
 @click.option("--fail-on-verdict", is_flag=True,
               help="Also exit 1 when the verdict is fail (not only on a regression).")
 @ci_outputs
+@AUTH_ENV
 @TRUST
 @THREADS
 @guarded
 def scan(scenario, overrides, baseline, tolerances, json_path, out, tracking_uri, verbose,
-         fail_on_verdict, sarif_path, junit_path, trust_model_code, threads):
+         fail_on_verdict, sarif_path, junit_path, auth_env, trust_model_code, threads):
     """Scan the SCENARIO's endpoint and compare with a baseline run: exit 1 on a regression."""
     pin_threads(threads)
     apply_trust(trust_model_code)
@@ -49,11 +52,18 @@ def scan(scenario, overrides, baseline, tolerances, json_path, out, tracking_uri
     from harness.scan import format_diff, parse_tolerances, run_scan
     from harness.scenario import load_scenario
 
-    check_output_paths(json=json_path, sarif=sarif_path, junit=junit_path)
+    check_output_paths(out, json=json_path, sarif=sarif_path, junit=junit_path)
     tol = parse_tolerances(tolerances)
-    s = load_scenario(scenario, list(overrides))
-    res = run_scan(s, baseline=baseline, tolerance=tol, tracking_uri=tracking_uri, out=out,
-                   json_path=json_path, source=Path(scenario).read_text())
+    s = load_scenario(scenario, list(overrides), auth_env)
+    from harness.interrupts import Interrupted
+
+    try:
+        res = run_scan(s, baseline=baseline, tolerance=tol, tracking_uri=tracking_uri, out=out,
+                       json_path=json_path, source=Path(scenario).read_text())
+    except Interrupted as exc:  # the partial report reaches CI too (none before the victim is built)
+        if getattr(exc, "report", None) is not None:
+            write_ci_outputs(sarif_path, junit_path, [(None, exc.report)], scenario, s.public_dump())
+        raise
     report = res["report"]
     print_attacks(report)
     stats = report.get("victim", {}).get("endpoint", {}).get("stats")
@@ -72,7 +82,7 @@ def scan(scenario, overrides, baseline, tolerances, json_path, out, tracking_uri
         click.echo("REGRESSION: leakage rose beyond tolerance" if res["regressed"]
                    else "no regression")
     print_verdict(report)
-    click.echo(f"report: {report.get('outdir')}/report.json; mlflow run: {report.get('mlflow_run_id')}")
+    click.echo(where_line(report))
     write_ci_outputs(sarif_path, junit_path, [(None, report)], scenario, s.public_dump())
     code = res["exit"]
     if fail_on_verdict and code == 0 and report.get("verdict") == "fail":

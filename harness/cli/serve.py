@@ -18,7 +18,8 @@ from harness.threads import pin_threads
 @click.option("--port", type=click.IntRange(0, 65535), default=5001, show_default=True,
               help="Port (0 = any free port; the one chosen is printed).")
 @click.option("--budget", type=click.IntRange(min=0), default=None,
-              help="Query budget per API key (default: the scenario's defenses.query_budget).")
+              help="Query budget per API key with --keys-env, else one budget shared by every caller "
+                   "(default: the scenario's defenses.query_budget).")
 @click.option("--keys-env", metavar="VAR",
               help="Accept only the comma-separated API keys held in this environment variable.")
 @click.option("--export-mlflow", type=click.Path(file_okay=False),
@@ -76,7 +77,8 @@ def serve(scenario, overrides, host, port, budget, keys_env, export_mlflow, acce
     defenses = ", ".join(served.defenses.active()) or "none"
     click.echo(f"serving {s.name} at http://{host}:{server.port}/invocations "
                f"(interface {s.interface.kind}/{s.interface.output}; defenses: {defenses}; "
-               f"budget per key: {per_key if per_key is not None else 'unlimited'}; "
+               f"budget: {per_key if per_key is not None else 'unlimited'} "
+               f"{server.budgets.scope if per_key is not None else ''}; "
                f"{'API keys required' if keys else 'no API keys'})", nl=True)
     sys.stdout.flush()
     try:

@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from harness.cli.common import (
+    AUTH_ENV,
     THREADS,
     TRUST,
     apply_trust,
@@ -46,32 +47,45 @@ from harness.threads import pin_threads
 @click.option("--fresh", is_flag=True, help="Start a new sweep run instead of resuming a matching one.")
 @click.option("--no-compare", is_flag=True, help="Do not compare the cells at the end.")
 @ci_outputs
+@AUTH_ENV
 @TRUST
 @THREADS
 @guarded
 def sweep(scenario, grid, overrides, seeds, jobs, executor, ray_address, out, tracking_uri, fresh,
-          no_compare, sarif_path, junit_path, trust_model_code, threads) -> None:
+          no_compare, sarif_path, junit_path, auth_env, trust_model_code, threads) -> None:
     """Run SCENARIO over a grid of defense settings; each cell a nested MLflow run; resumable."""
     threads = pin_threads(threads)
     apply_trust(trust_model_code)
-    from harness.scenario import apply_overrides, read_raw
+    from harness.scenario import apply_overrides, choose_auth_env, read_raw
     from harness.sweep import plan_sweep, run_sweep
 
-    check_output_paths(sarif=sarif_path, junit=junit_path)
+    check_output_paths(out, sarif=sarif_path, junit=junit_path)
     if not grid:
         raise BadInput("--grid: give at least one KEY=V1,V2,... to sweep over")
-    raw = apply_overrides(read_raw(scenario), list(overrides))
+    raw = choose_auth_env(apply_overrides(read_raw(scenario), list(overrides)), auth_env, scenario)
     plan = plan_sweep(raw, scenario, list(grid), seeds)
     from harness.scenario.checks import preflight
+    from victims.http.endpoint import read_token
 
     for cell, s in zip(plan.cells, plan.scenarios, strict=True):
         try:
             preflight(s)
+            if s.victim.endpoint is not None:
+                read_token(s.victim.endpoint)  # an allowed, set token variable: before any cell runs
         except BadInput as exc:
             raise BadInput(f"cell {cell.label()}: {exc}") from None
-    res = run_sweep(plan, scenario_path=scenario, tracking_uri=tracking_uri, out=out, jobs=jobs,
-                    threads=threads, executor=executor, ray_address=ray_address, fresh=fresh, echo=click.echo,
-                    trust_model_code=trust_model_code)
+    from harness.interrupts import Interrupted
+
+    try:
+        res = run_sweep(plan, scenario_path=scenario, tracking_uri=tracking_uri, out=out, jobs=jobs,
+                        threads=threads, executor=executor, ray_address=ray_address, fresh=fresh,
+                        echo=click.echo, trust_model_code=trust_model_code, auth_env=auth_env)
+    except Interrupted as exc:  # the cells that ran (killed ones with their partial reports) reach CI
+        part = getattr(exc, "sweep", None)
+        if part is not None and (sarif_path or junit_path):
+            records, _, _ = gather_sweep(part["tracking_uri"], part["sweep_run_id"])
+            _ci_outputs(sarif_path, junit_path, records, part, None, scenario, raw)
+        raise
     click.echo(f"sweep run: {res['sweep_run_id']} ({len(res['results'])} cells run, "
                f"{res['skipped']} skipped)")
     code = 3 if res["errors"] else 0
@@ -108,9 +122,12 @@ def _ci_outputs(sarif_path, junit_path, records, res, cmp, scenario, raw) -> Non
 
 
 def _terminal(cmp: dict) -> str:
-    from reports.compare import to_table
+    """The comparison as wide as this terminal (rich wraps and picks the columns)."""
+    import shutil
 
-    return to_table(cmp).rstrip("\n")
+    from reports.compare import to_terminal
+
+    return to_terminal(cmp, shutil.get_terminal_size((100, 24)).columns).rstrip("\n")
 
 
 @click.command()
@@ -122,9 +139,11 @@ def _terminal(cmp: dict) -> str:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),
               help="Also write the comparison JSON here.")
 @click.option("--markdown", "md_path", type=click.Path(dir_okay=False), help="Also write the Markdown here.")
+@click.option("--log-run", is_flag=True, help="With --experiment: also log the comparison as a 'compare' "
+              "run in that experiment (by default it only writes files).")
 @THREADS
 @guarded
-def compare(sweep_run_id, experiment, runs, tracking_uri, out, json_path, md_path, threads) -> None:
+def compare(sweep_run_id, experiment, runs, tracking_uri, out, json_path, md_path, log_run, threads) -> None:
     """Compare the cells of a sweep (or an experiment's runs): table, Pareto front, recommended setting."""
     pin_threads(threads)
     from reports.tracking import default_uri
@@ -139,7 +158,8 @@ def compare(sweep_run_id, experiment, runs, tracking_uri, out, json_path, md_pat
         exp_id, log_to, tag = None, sweep_run_id, ""
     else:
         records, curves, exp = gather_experiment(uri, experiment, list(runs))
-        exp_id, log_to, tag = exp.experiment_id, None, ",".join(r["run_id"] for r in records)
+        exp_id = exp.experiment_id if log_run else None  # the user's experiment: only when asked
+        log_to, tag = None, ",".join(r["run_id"] for r in records)
     if not records:
         raise BadInput(f"{sweep_run_id}: the sweep has no finished cell with a report yet")
     outdir = Path(out) if out else Path("leakmeter-out") / f"compare-{sweep_run_id or experiment}"
@@ -152,5 +172,5 @@ def compare(sweep_run_id, experiment, runs, tracking_uri, out, json_path, md_pat
         Path(md_path).write_text(to_markdown(cmp))
     click.echo(_terminal(cmp))
     click.echo(f"comparison: {files[0]} (+ Markdown, {len(files) - 3} plot(s)); "
-               f"logged to MLflow run {run_id}")
+               + (f"logged to MLflow run {run_id}" if run_id else "not logged to MLflow (--log-run)"))
     sys.exit(0 if cmp["recommended"] else 1)

@@ -7,6 +7,7 @@ naming the file, the key path (``victim.model.hidden[1]``) and what is allowed.
 from harness.errors import ScenarioError
 from harness.scenario.loading import (
     apply_overrides,
+    choose_auth_env,
     flatten,
     load_scenario,
     parse_value,
@@ -15,5 +16,5 @@ from harness.scenario.loading import (
 )
 from harness.scenario.schema import Scenario, redact_url
 
-__all__ = ["Scenario", "ScenarioError", "apply_overrides", "flatten", "load_scenario", "parse_value",
-           "read_raw", "redact_url", "scenario_from_dict"]
+__all__ = ["Scenario", "ScenarioError", "apply_overrides", "choose_auth_env", "flatten", "load_scenario",
+           "parse_value", "read_raw", "redact_url", "scenario_from_dict"]

@@ -1,33 +1,22 @@
 """Checks a scenario needs beyond its schema, done before anything runs (at `validate` and at the
 start of every command): the files it names exist and are of a format leakmeter reads safely,
-and the victim it describes fits in this machine's memory."""
+the victim it describes fits in this machine's memory, and Ray is there when reference models
+are to train on it."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 from harness.errors import BadInput
+from victims.limits import READ_AT_CHECK, check_model_archive, machine_memory  # noqa: F401 (re-exported)
 
 # input features of the bundled datasets
 KNOWN_DIMS = {"digits": 64, "breast_cancer": 30, "diabetes": 10, "fashion_mnist": 784}
 ROWS_PER_PASS = 8192  # rows per forward/backward pass when answering queries (victims/local.py)
 GIB = 1024**3
-READ_AT_CHECK = 256 * 1024**2  # weight files up to this size are read (safely) before the run
 
 
-def machine_memory() -> int:
-    """Bytes of memory this process may use: physical memory, or a smaller cgroup limit."""
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            raw = Path(limit_file).read_text().strip()
-        except OSError:
-            continue
-        if raw.isdigit():
-            total = min(total, int(raw))
-    return total
 
 
 def memory_estimate(s: Any) -> dict[str, float]:
@@ -82,9 +71,11 @@ def check_files(s: Any) -> None:
     if m.arch == "file":
         from victims.models.files import read_tensors, resolve_format
 
-        fmt = resolve_format(m)
-        if fmt in ("state_dict", "safetensors") and Path(m.path).stat().st_size <= READ_AT_CHECK:
+        fmt = resolve_format(m)  # checks the sizes the file declares first (victims/limits.py)
+        if fmt in ("state_dict", "safetensors") and check_model_archive(m.path) <= READ_AT_CHECK:
             read_tensors(Path(m.path), fmt)  # a restricted read: a pickled object is refused now
+            if s.victim.endpoint is None and d.dataset not in ("fashion_mnist", "idx", "gaussian"):
+                _spec_fits(s)  # `validate` must not pass a spec that `run` cannot load
         if fmt == "onnx" and s.interface.kind != "prediction" and s.victim.endpoint is None:
             raise BadInput(f"interface.kind: {s.interface.kind} needs input gradients or weights, which "
                            "an ONNX model does not give; allowed with ONNX: prediction")
@@ -94,6 +85,16 @@ def check_files(s: Any) -> None:
         check_npz(d.path)
     if d.dataset == "idx" and not Path(d.path).is_dir():
         raise BadInput(f"victim.data.path: {d.path} is not a folder of IDX files")
+
+
+def _spec_fits(s: Any) -> None:
+    """BadInput (the loader's whole message) when the file's weights do not fit victim.model.spec
+    with the data's input and output widths (small data sets only: it reads them)."""
+    from victims.data.datasets import load_dataset
+    from victims.models.files import load_model_file
+
+    data = load_dataset(s.victim.data, s.seed)
+    load_model_file(s.victim.model, data.input_shape, data.n_outputs)
 
 
 def check_startup_budget(s: Any) -> None:
@@ -108,6 +109,9 @@ def check_startup_budget(s: Any) -> None:
 
 def preflight(s: Any) -> None:
     """Every check that needs the file system or the machine; BadInput (exit 2) on the first."""
+    from harness.attacker.reference_executors import check as check_reference_executor
+
     check_files(s)
     check_memory(s)
     check_startup_budget(s)
+    check_reference_executor(s.membership)  # membership.executor: ray needs Ray (and its cluster)

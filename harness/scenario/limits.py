@@ -103,6 +103,43 @@ def check_template(value: dict[str, Any] | None, what: str = "request_template")
     return value
 
 
+# template keys whose values are credentials: such a value comes from the environment ("$auth")
+_CREDENTIAL_KEY = re.compile(
+    r"(?i)(api[_-]?key|apikey|subscription[_-]?key|access[_-]?key|secret|token|passw(or)?d|pwd|"
+    r"authorization|^auth$|credential|signature|^sig$|bearer|jwt|session[_-]?id|^key$)")
+PLACEHOLDERS = ("$inputs", "$explain", "$auth")
+
+
+def check_template_secrets(value: Any, path: str = "") -> None:
+    """ValueError when a request template writes a credential into the scenario: a string under a
+    credential-named key (api_key, token, subscription-key, ...) other than the "$auth"
+    placeholder, which is filled from the environment (auth_env). Scenarios are logged, reported
+    and shared; a secret in one travels with it."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            where = f"{path}.{k}" if path else str(k)
+            if _CREDENTIAL_KEY.search(str(k)) and isinstance(v, str | int | float) and \
+                    not isinstance(v, bool) and v not in PLACEHOLDERS:
+                raise ValueError(f"{where} holds a credential written into the scenario (value not shown); "
+                                 'write "$auth" there and put the secret in the environment variable '
+                                 "auth_env names")
+            check_template_secrets(v, where)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            check_template_secrets(v, f"{path}[{i}]")
+
+
+def template_has(template: Any, token: str) -> bool:
+    """Whether a placeholder appears anywhere in a template."""
+    if template == token:
+        return True
+    if isinstance(template, dict):
+        return any(template_has(v, token) for v in template.values())
+    if isinstance(template, list):
+        return any(template_has(v, token) for v in template)
+    return False
+
+
 def check_path_text(path: str | None) -> str | None:
     """A file path that the OS can take (no NUL byte, bounded length)."""
     if path is not None and ("\x00" in path or not path.strip() or len(path) > 4096):

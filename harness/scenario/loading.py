@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 from harness.errors import ScenarioError
 from harness.scenario.schema import Scenario, redact_url
 from harness.scenario.yamlsafe import YamlRefused, load_yaml_bytes, load_yaml_text
-from victims.http.secrets import scrub
+from victims.http.secrets import clip, scrub
 
 
 def _format_loc(loc: tuple[Any, ...]) -> str:
@@ -75,7 +75,7 @@ def _describe(err: dict[str, Any], source: str) -> str:
     if isinstance(value, str) and (path.endswith("url") or "://" in value):
         value = redact_url(value)  # never repeat credentials or a query string
     if isinstance(value, str) and len(value) > 80:
-        value = value[:77] + "..."
+        value = clip(value, 77) + "..."  # scrubbed before it is cut
     shown = json.dumps(value) if isinstance(value, str | int | float | bool | None) else None
     got = f" (got {shown})" if shown is not None else ""
     if path == "<top level>" and re.match(r"^[a-z_]+(\.[a-z_]+)+: ", msg):
@@ -178,10 +178,27 @@ def read_raw(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
-    """Load, override and validate a scenario file; paths inside it resolve from its folder."""
+def choose_auth_env(data: dict[str, Any], name: str | None, source: str) -> dict[str, Any]:
+    """The command line's --auth-env NAME: the endpoint's token variable for this run, chosen by
+    the person running it (a scenario names only LEAKMETER_* variables itself). Returns `data`."""
+    if not name:
+        return data
+    ep = (data.get("victim") or {}).get("endpoint") if isinstance(data.get("victim"), dict) else None
+    if not isinstance(ep, dict):
+        raise ScenarioError(f"--auth-env {name}: {source} has no victim.endpoint to send a token to")
+    ep["auth_env"] = name
+    from victims.http.endpoint import allow_auth_env
+
+    allow_auth_env(name)
+    return data
+
+
+def load_scenario(path: str | Path, overrides: list[str] | None = None,
+                  auth_env: str | None = None) -> Scenario:
+    """Load, override and validate a scenario file; paths inside it resolve from its folder.
+    `auth_env`: the command line's --auth-env (see `choose_auth_env`)."""
     p = Path(path)
-    data = apply_overrides(read_raw(p), overrides)
+    data = choose_auth_env(apply_overrides(read_raw(p), overrides), auth_env, str(p))
     scenario = scenario_from_dict(data, str(p))
     _resolve_paths(scenario, p.parent)
     from harness.scenario.checks import preflight  # imports torch: after the threads are pinned

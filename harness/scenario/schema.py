@@ -16,8 +16,10 @@ from harness.scenario.limits import (
     MAX_WIDTH,
     check_path_text,
     check_template,
+    check_template_secrets,
     check_url,
     no_bool_for_numbers,
+    template_has,
 )
 
 Activation = Literal["relu", "tanh", "sigmoid", "softplus", "elu", "leaky_relu"]
@@ -75,7 +77,9 @@ class DataSpec(Strict):
     classes: list[Annotated[int, Field(ge=0, le=100_000)]] | None = Field(default=None,
                                                                           max_length=100_000)
     labels: Literal["victim", "teacher"] = "teacher"
-    standardize: Literal["none", "standard", "minmax", "center", "minmax_center"] = "standard"
+    # null: `none` for a user's model file (its inputs as they are), `standard` for a model
+    # leakmeter trains (resolved by Scenario)
+    standardize: Literal["none", "standard", "minmax", "center", "minmax_center"] | None = None
 
     @field_validator("path")
     @classmethod
@@ -118,7 +122,10 @@ class EndpointSpec(Strict):
     auth_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
     auth_header: str = Field(default="Authorization", pattern=r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,64}$")
     auth_scheme: str = Field(default="Bearer", pattern=r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{0,32}$")
-    timeout_s: float = Field(default=10.0, gt=0, le=3600)
+    timeout_s: float = Field(default=10.0, gt=0, le=3600)  # per socket operation (connect, each read)
+    # a whole request, connect to last byte (null: max(60, 3 × timeout_s)); a trickled answer ends here
+    deadline_s: float | None = Field(default=None, gt=0, le=86400)
+    max_response_mb: float = Field(default=64.0, gt=0, le=4096)  # largest answer read (MiB)
     max_batch: int = Field(default=256, ge=1, le=100_000)
     retries: int = Field(default=3, ge=0, le=20)
     backoff_s: float = Field(default=0.5, ge=0, le=60)
@@ -127,6 +134,9 @@ class EndpointSpec(Strict):
     n_outputs: int | None = Field(default=None, ge=1, le=100_000)
     request_template: dict[str, Any] | None = None
     response_path: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.\-\[\]]{1,200}$")
+    # the scan's own cost cap: rows it may send in total (attacks, start-up check, verification
+    # probes); a limit on leakmeter, never evidence about the deployment (None = no cap)
+    max_rows: int | None = Field(default=None, ge=1, le=10**12)
 
     @field_validator("url")
     @classmethod
@@ -136,6 +146,7 @@ class EndpointSpec(Strict):
     @field_validator("request_template")
     @classmethod
     def _template(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        check_template_secrets(v)
         return check_template(v)
 
     @model_validator(mode="after")
@@ -146,6 +157,9 @@ class EndpointSpec(Strict):
         if self.auth_env and (p.username is not None or p.password is not None):
             raise ValueError("the url carries user:password@ credentials and auth_env names a token; "
                              "give one of them (URL credentials would replace the token)")
+        if template_has(self.request_template, "$auth") and not self.auth_env:
+            raise ValueError('"$auth" in request_template is filled from the environment variable '
+                             "auth_env names; set auth_env")
         return self
 
 
@@ -266,6 +280,29 @@ class AttackerSpec(Strict):
         return v
 
 
+class MembershipSpec(Strict):
+    """Where membership attacks train their reference models (the numbers are the same either way)."""
+
+    executor: Literal["local", "ray"] = "local"  # ray: batches of reference models as Ray tasks
+    # ray only: null = a local Ray started for the run; HOST:PORT, ray://HOST:PORT or auto = a cluster
+    ray_address: str | None = Field(default=None, max_length=300)
+    ray_workers: int | None = Field(default=None, ge=1, le=100_000)  # a local Ray's CPUs (null: all)
+    models_per_task: int | None = Field(default=None, ge=1, le=100_000)  # null: spread over the CPUs
+
+    @model_validator(mode="after")
+    def _ray_keys_need_ray(self) -> MembershipSpec:
+        if self.executor != "ray":
+            for key in ("ray_address", "ray_workers", "models_per_task"):
+                if getattr(self, key) is not None:
+                    raise ValueError(f"{key} is for executor: ray (executor is {self.executor})")
+        elif self.ray_address and self.ray_workers is not None:
+            raise ValueError("ray_workers sizes a local Ray; a cluster at ray_address has its own")
+        return self
+
+
+SECTIONS = ("victim", "interface", "defenses", "policy", "tracking", "rero", "attacker", "membership")
+
+
 class Scenario(Strict):
     name: str = Field(max_length=100)
     seed: int = Field(default=0, ge=0, le=2**31 - 1)  # numpy and torch seeds are derived from it
@@ -278,6 +315,29 @@ class Scenario(Strict):
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     rero: ReroSpec = Field(default_factory=ReroSpec)
     attacker: AttackerSpec = Field(default_factory=AttackerSpec)
+    membership: MembershipSpec = Field(default_factory=MembershipSpec)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_sections(cls, data: Any) -> Any:
+        """A section whose keys are all commented out (`defenses:` alone reads as null) is the
+        section with its defaults."""
+        if isinstance(data, dict):
+            data = {k: v for k, v in data.items()
+                    if not (v is None and k in SECTIONS)}
+            vic = data.get("victim")
+            if isinstance(vic, dict):
+                data["victim"] = {k: v for k, v in vic.items()
+                                  if not (v is None and k in ("model", "data", "training"))}
+        return data
+
+    @model_validator(mode="after")
+    def _inputs_as_they_are(self) -> Scenario:
+        """A user's model file sees its inputs as they are unless standardising is asked for."""
+        d = self.victim.data
+        if d.standardize is None:
+            d.standardize = "none" if self.victim.model.arch == "file" else "standard"
+        return self
 
     @model_validator(mode="after")
     def _one_pool_setting(self) -> Scenario:
@@ -306,6 +366,17 @@ class Scenario(Strict):
         return v
 
     @model_validator(mode="after")
+    def _template_explains(self) -> Scenario:
+        """An explanation API over a json template needs somewhere to ask for explanations."""
+        ep = self.victim.endpoint
+        if ep is not None and ep.protocol == "json" and self.interface.kind in ("gradient", "smoothgrad") \
+                and not template_has(ep.request_template or {"inputs": "$inputs"}, "$explain"):
+            raise ValueError(f"victim.endpoint.request_template: the {self.interface.kind} interface needs a "
+                             '"$explain" placeholder in the template (where the request asks for an '
+                             "explanation)")
+        return self
+
+    @model_validator(mode="after")
     def _class_indices(self) -> Scenario:
         """Class indices the interface or defenses name must exist (known datasets)."""
         d = self.victim.data
@@ -327,16 +398,30 @@ class Scenario(Strict):
     def public_dump(self) -> dict[str, Any]:
         """The scenario as plain data, safe to log: credentials and query strings are removed
         from the endpoint URL (tokens never live in the scenario: they come from auth_env)."""
-        data = self.model_dump(mode="json")
-        ep = data["victim"].get("endpoint")
-        if ep and ep.get("url"):
-            ep["url"] = redact_url(ep["url"])
-        return data
+        return public_data(self.model_dump(mode="json"))
 
     def fingerprint(self) -> str:
-        """Hash of the settings that make two runs comparable (all but tracking)."""
-        data = self.model_dump(mode="json", exclude={"tracking"})
+        """Hash of the settings that make two runs comparable (all but tracking and where
+        reference models train, which changes no number)."""
+        data = self.model_dump(mode="json", exclude={"tracking", "membership"})
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def public_data(data: dict[str, Any]) -> dict[str, Any]:
+    """Scenario data (validated or raw, e.g. a sweep's base file) safe to log: the endpoint URL
+    without credentials or query, the tracking URI without user:password@. Returns a copy."""
+    import copy
+
+    data = copy.deepcopy(data)
+    victim = data.get("victim") if isinstance(data.get("victim"), dict) else {}
+    ep = victim.get("endpoint")
+    if isinstance(ep, dict) and isinstance(ep.get("url"), str):
+        ep["url"] = redact_url(ep["url"])
+    tracking = data.get("tracking") if isinstance(data.get("tracking"), dict) else {}
+    uri = tracking.get("uri") if isinstance(tracking.get("uri"), str) else ""
+    if "@" in uri.partition("://")[2].split("/", 1)[0]:  # a tracking server's user:password@
+        tracking["uri"] = redact_url(uri)
+    return data
 
 
 def redact_url(url: str) -> str:

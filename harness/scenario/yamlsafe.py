@@ -11,6 +11,8 @@ from typing import Any
 
 import yaml
 
+from victims.http.secrets import clip
+
 MAX_BYTES = 1024 * 1024  # a scenario file is a few KB
 MAX_DEPTH = 32  # the schema nests ~6 levels; a request template a few more
 MAX_NODES = 20_000  # nodes after expanding every alias
@@ -37,13 +39,29 @@ class _StrictLoader(yaml.SafeLoader):
                     raise YamlRefused(f"merge keys (<<) are not allowed{_where(key_node)}")
                 key = self.construct_object(key_node, deep=True)
                 try:
-                    hashable = key in seen
+                    hash(key)  # a set key compares as a frozenset but cannot be stored
+                    duplicate = key in seen
                 except TypeError:
                     raise YamlRefused(f"a mapping key must be a plain value{_where(key_node)}") from None
-                if hashable:
-                    raise YamlRefused(f"duplicate key {str(key)[:60]!r}{_where(key_node)}")
+                if duplicate:
+                    raise YamlRefused(f"duplicate key {clip(str(key), 60)!r}{_where(key_node)}")
                 seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+    def construct_object(self, node: Any, deep: bool = False) -> Any:
+        """PyYAML's constructors raise plain ValueError / TypeError / OverflowError on values they
+        cannot build (`2001-13-45`, `!!float abc`, an integer over 4300 digits): refused here,
+        naming the line and the value."""
+        try:
+            return super().construct_object(node, deep=deep)
+        except YamlRefused:
+            raise
+        except (ValueError, TypeError, OverflowError) as exc:
+            kind = str(getattr(node, "tag", "")).rsplit(":", 1)[-1] or "value"
+            value = getattr(node, "value", "")
+            shown = f" {clip(value, 40)!r}" if isinstance(value, str) else ""
+            raise YamlRefused(f"cannot read{shown} as !!{kind}{_where(node)} "
+                              f"({clip(str(exc).splitlines()[0], 80)})") from None
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
@@ -101,7 +119,10 @@ def load_yaml_bytes(raw: bytes) -> Any:
 
 def load_yaml_text(text: str) -> Any:
     """Parse one YAML document from text; YamlRefused on anything unsafe or malformed."""
-    loader = _StrictLoader(text)
+    try:
+        loader = _StrictLoader(text)  # the reader refuses control characters here
+    except yaml.YAMLError as exc:
+        raise YamlRefused(f"not valid YAML: {_problem(exc)}") from None
     try:
         root = loader.get_single_node()
         if root is None:
@@ -115,7 +136,12 @@ def load_yaml_text(text: str) -> Any:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "syntax error"
-        raise YamlRefused(f"not valid YAML{where}: {problem}") from None
+        raise YamlRefused(f"not valid YAML{where}: {_problem(exc)}") from None
     finally:
         loader.dispose()
+
+
+def _problem(exc: yaml.YAMLError) -> str:
+    if isinstance(exc, yaml.reader.ReaderError):  # a control character (NUL, ...) in the text
+        return f"character #x{exc.character:04x} at position {exc.position} is not allowed"
+    return getattr(exc, "problem", None) or "syntax error"

@@ -20,12 +20,15 @@ numbers of guesses), α is split over the grid (Bonferroni), so taking the best 
   a *replacement*, two add/remove steps: under add/remove accounting the game sees
   (2ε, (1 + e^ε)δ) (group privacy).
 - `perfect_*`: what the same audit reports for an attack that is never wrong — the largest
-  ε_lower the sample sizes allow. An ε_lower far below it says "private"; when the perfect
-  value itself is small, it says "too few samples to tell".
+  ε_lower the sample sizes allow (the one-run audit: for the actual split of canaries, where
+  a grid entry may ask for more "in" guesses than there are included canaries). An ε_lower far
+  below it says "private"; when the perfect value itself is small, it says "too few samples to
+  tell".
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -36,19 +39,27 @@ ALPHA = 0.05
 
 
 def cp_upper(k: int, n: int, alpha: float) -> float:
-    """One-sided (1 − alpha) Clopper–Pearson upper bound on a proportion k/n."""
-    if n <= 0:
-        return 1.0
-    if k >= n:
-        return 1.0
-    return float(stats.beta.ppf(1 - alpha, k + 1, n - k))
+    """One-sided (1 − alpha) Clopper–Pearson upper bound on a proportion k/n (SciPy's exact
+    binomial interval; 1 when nothing was counted)."""
+    return _exact(k, n, alpha, "less")[1] if n > 0 else 1.0
 
 
 def cp_lower(k: int, n: int, alpha: float) -> float:
     """One-sided (1 − alpha) Clopper–Pearson lower bound on a proportion k/n."""
-    if n <= 0 or k <= 0:
-        return 0.0
-    return float(stats.beta.ppf(alpha, k, n - k + 1))
+    return _exact(k, n, alpha, "greater")[0] if n > 0 else 0.0
+
+
+def clopper_pearson(k: int, n: int, alpha: float = ALPHA) -> tuple[float, float]:
+    """Exact two-sided (1 − alpha) Clopper–Pearson interval for a proportion k/n."""
+    if n <= 0:
+        return 0.0, 1.0
+    return _exact(k, n, alpha, "two-sided")
+
+
+@functools.lru_cache(maxsize=4096)  # a threshold grid asks the same (k, n, alpha) many times
+def _exact(k: int, n: int, alpha: float, alternative: str) -> tuple[float, float]:
+    ci = stats.binomtest(int(k), int(n), alternative=alternative).proportion_ci(1 - alpha, method="exact")
+    return float(ci.low), float(ci.high)
 
 
 def eps_from_rates(fpr_hi: float, fnr_hi: float, delta: float) -> float:
@@ -156,21 +167,31 @@ def one_run_audit(scores: np.ndarray, included: np.ndarray, guess_grid: list[tup
     s = np.asarray(scores, dtype=np.float64)
     inc = np.asarray(included, dtype=bool)
     m = len(s)
-    order = np.argsort(-s, kind="stable")
     g = max(1, len(guess_grid))
     a = alpha / g
     best = OneRunAudit(0.0, 0, 0, m, g, alpha, 0.0)
     perfect = 0.0
     for kp, kn in guess_grid:
-        kp, kn = min(kp, m), min(kn, m - min(kp, m))
-        v = int(inc[order[:kp]].sum()) + int((~inc[order[m - kn:]]).sum() if kn else 0)
-        r = kp + kn
+        r, v = _guesses(s, inc, kp, kn)
         e = one_run_epsilon(m, r, v, delta, a)
-        perfect = max(perfect, one_run_epsilon(m, r, r, delta, a))
+        # the ceiling for this split: an attack that ranks every included canary first is right
+        # on min(k₊, #in) of its "in" guesses and as many "out" guesses as the outs allow
+        _, v_best = _guesses(inc.astype(np.float64), inc, kp, kn)
+        perfect = max(perfect, one_run_epsilon(m, r, v_best, delta, a))
         if e > best.epsilon_lower:
             best = OneRunAudit(e, r, v, m, g, alpha, 0.0)
     best.perfect = perfect
     return best
+
+
+def _guesses(s: np.ndarray, inc: np.ndarray, kp: int, kn: int) -> tuple[int, int]:
+    """(guesses r, correct v): "in" for the k₊ highest scores, "out" for the k₋ lowest of the rest."""
+    m = len(s)
+    order = np.argsort(-s, kind="stable")
+    kp = min(kp, m)
+    kn = min(kn, m - kp)
+    v = int(inc[order[:kp]].sum()) + int((~inc[order[m - kn:]]).sum() if kn else 0)
+    return kp + kn, v
 
 
 def game_success_bound(eps: float, delta: float, replacement: bool = True) -> float:

@@ -2,11 +2,16 @@
 
 When the victim is an endpoint and no model file is named (`BlackBoxTruth`: no model, no data),
 the truth scorers have nothing to compare with. These scorers probe the endpoint itself on
-*held-out* points the attack never asked about (every probe is charged to the run's budget):
+*held-out* points the attack never asked about. The probes are the scorer's own verification
+allowance, not an attacker's: they never count against `defenses.query_budget`, they do count in
+the run's rows sent (`queries_sent_total`) and against the scan's cap `victim.endpoint.max_rows`.
+When the probes cannot be sent or answered (the cap, the endpoint's own quota, faults), no
+verification metric is reported and the judges leave the attack `incomplete`, never low:
 
 - model and surrogate artifacts (an extracted model in `data["model"]`): `blackbox_agreement`,
-  the fraction of fresh probes on which it and the endpoint predict the same label (regression:
-  `blackbox_r2` of the surrogate's output against the endpoint's);
+  the fraction of fresh probes (the named dataset's test inputs, else N(0, I) in the input domain)
+  on which it and the endpoint predict the same label, with Cohen's κ `blackbox_kappa`
+  (regression: `blackbox_r2` of the surrogate's output against the endpoint's);
 - subspace artifacts: `blackbox_span_rank` and its stability on fresh gradients,
   `blackbox_heldout_angle_deg` (the largest angle between a held-out gradient and the recovered
   span; ~0 when the span is right) and `blackbox_heldout_energy` (mean fraction of a held-out
@@ -29,12 +34,32 @@ import torch
 from harness.attacks.gradients import api_labels
 from harness.errors import BudgetExhausted
 from harness.scoring import scorer
+from harness.scoring.model import cohen_kappa
+from victims.http.client import EndpointError
 
 SPAN_PROBES = 8  # held-out gradient points
 MODEL_PROBES = 256  # held-out points for surrogate agreement
 
 def _probe_gen(truth: Any, salt: int) -> torch.Generator:
     return torch.Generator(device="cpu").manual_seed(int(truth.seed) * 1000003 + salt)
+
+
+def unverified(artifact: Any, exc: Exception) -> None:
+    """Record why no probe verified the artifact: the scan's row cap (`cap`) or the endpoint
+    (refusals, faults: `endpoint`); the runner reports it as the attack's stopped_by."""
+    artifact.data["unverified_by"] = getattr(exc, "stopped_by", None) if isinstance(
+        exc, BudgetExhausted) and getattr(exc, "stopped_by", None) == "cap" else "endpoint"
+    artifact.notes.append(f"verification probes failed: {type(exc).__name__}: {exc}"[:300])
+
+
+def probe_points(truth: Any, info: Any) -> torch.Tensor:
+    """Held-out points for model agreement: the named dataset's test inputs (in distribution,
+    never queried by an attack), else N(0, I) clipped to the declared input domain."""
+    held = getattr(truth, "x_heldout", None)
+    if held is not None and len(held):
+        return held[:MODEL_PROBES].to(torch.float64)
+    x = torch.randn(MODEL_PROBES, info.dim, generator=_probe_gen(truth, 2), dtype=torch.float64)
+    return x.clamp(info.input_low, info.input_high)
 
 
 class _ProbeOracle:
@@ -62,7 +87,7 @@ def span_stability(artifact: Any, truth: Any, info: Any) -> dict[str, float]:
 
     basis = torch.as_tensor(np.asarray(artifact.data.get("basis", np.zeros((0, info.dim)))),
                             dtype=torch.float64).reshape(-1, info.dim)
-    out = {"blackbox_span_rank": float(len(basis)), "blackbox_probes": 0.0}
+    out = {"blackbox_span_rank": float(len(basis)), "blackbox_probes": 0.0, "input_dim": float(info.dim)}
     if len(basis) == 0 or (info.interface == "prediction" and info.output == "label"):
         return out
     q = torch.linalg.qr(basis.T).Q.T  # orthonormal rows spanning the recovered span
@@ -71,7 +96,9 @@ def span_stability(artifact: Any, truth: Any, info: Any) -> dict[str, float]:
     x = torch.randn(SPAN_PROBES, info.dim, generator=_probe_gen(truth, 1), dtype=torch.float64)
     try:
         rows, _ = gradient_rows(oracle, x, 1e-3)
-    except BudgetExhausted:
+    except (BudgetExhausted, EndpointError) as exc:
+        out["blackbox_unverified"] = 1.0
+        unverified(artifact, exc)
         return out
     out["blackbox_probes"] = float(truth.endpoint.stats.rows_sent - before)
     rows = rows[rows.norm(dim=1) > 0]
@@ -91,14 +118,13 @@ def surrogate_agreement(artifact: Any, truth: Any, info: Any) -> dict[str, float
     model = artifact.data.get("model", artifact.data.get("surrogate"))
     if model is None or not callable(model):
         return {}
-    gen = _probe_gen(truth, 2)
-    x = torch.randn(MODEL_PROBES, info.dim, generator=gen, dtype=torch.float64)
-    x = x.clamp(info.input_low, info.input_high)
+    x = probe_points(truth, info)
     before = truth.endpoint.stats.rows_sent
     try:
         y_api = truth.probe_predict(x)
-    except BudgetExhausted:
-        return {"blackbox_probes": 0.0}
+    except (BudgetExhausted, EndpointError) as exc:
+        unverified(artifact, exc)
+        return {"blackbox_probes": 0.0, "blackbox_unverified": 1.0}
     out = {"blackbox_probes": float(truth.endpoint.stats.rows_sent - before)}
     dtype = next((p.dtype for p in getattr(model, "parameters", list)()), torch.float64)
     with torch.no_grad():
@@ -109,6 +135,7 @@ def surrogate_agreement(artifact: Any, truth: Any, info: Any) -> dict[str, float
         out["blackbox_r2"] = 1.0 - float(((a - b) ** 2).sum()) / ss
         return out
     # surrogates output raw (or centred) logits: one column is thresholded at 0
-    out["blackbox_agreement"] = float((api_labels(y_sur, "logits") == api_labels(y_api, info.output))
-                                      .double().mean())
+    mine, theirs = api_labels(y_sur, "logits"), api_labels(y_api, info.output)
+    out["blackbox_agreement"] = float((mine == theirs).double().mean())
+    out["blackbox_kappa"] = cohen_kappa(theirs, mine)
     return out

@@ -27,13 +27,13 @@ import torch
 
 from harness.scoring import scorer
 from harness.scoring.audit import (
+    clopper_pearson,
     game_epsilon,
     game_success_bound,
     one_run_audit,
     threshold_audit,
     threshold_grid,
 )
-from harness.scoring.reconstruction import clopper_pearson
 from harness.scoring.roc import advantage, auc, mann_whitney_p, roc, save_roc_plot, tpr_at_fpr
 
 TARGET_FPRS = (0.01, 0.001)

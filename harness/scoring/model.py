@@ -81,27 +81,53 @@ def api_outputs(f: torch.Tensor, output: str) -> torch.Tensor | None:
     return torch.softmax(f, 1)
 
 
+def in_space(f: torch.Tensor, space: str) -> torch.Tensor:
+    """Raw outputs (N, K) in the space an extraction reveals them: `raw`; `centered` (logits
+    minus their mean: a K ≥ 3 probability API); `difference` (l₁ − l₀, one column: a 2-class
+    probability API, whose centred logits are ±(l₁ − l₀)/2). An artifact already in the space
+    (one column for `difference`) is returned as it is."""
+    if space == "centered":
+        return f - f.mean(1, keepdim=True)
+    if space == "difference" and f.shape[1] == 2:
+        return f[:, 1:] - f[:, :1]
+    return f
+
+
+def cohen_kappa(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Cohen's κ of two labelings (N,): agreement beyond what labelings with the same label
+    frequencies reach by chance; 0 when it is undefined (both constant and equal)."""
+    from sklearn.metrics import cohen_kappa_score
+
+    k = float(cohen_kappa_score(a.cpu().numpy(), b.cpu().numpy()))
+    return k if np.isfinite(k) else 0.0
+
+
 def compare_outputs(f: torch.Tensor, g: torch.Tensor, space: str, task: str,
                     output: str = "logits") -> dict[str, float]:
-    """Error metrics of predicted outputs g against true outputs f (both (N, K))."""
-    if space == "centered":
-        f = f - f.mean(1, keepdim=True)
-        g = g - g.mean(1, keepdim=True)
+    """Error metrics of predicted outputs g against true outputs f (both (N, K), or f (N, 2)
+    and g (N, 1) in the `difference` space)."""
+    f, g = in_space(f, space), in_space(g, space)
     rms = float(f.pow(2).mean().sqrt()) or 1e-300
     pf, pg = api_outputs(f, output), api_outputs(g, output)
     per = (pf - pg).abs().amax(1) if pf is not None else (f - g).abs().amax(1) / rms
     per = torch.nan_to_num(per, nan=float("inf"))
+    a, b = (pf, pg) if pf is not None else (f, g)
+    spread = float((a - a.mean(0, keepdim=True)).pow(2).sum())
     out = {"max_rel_error": float((f - g).abs().max()) / rms,
            "output_error": float(torch.quantile(per, 0.99)) if len(per) else float("inf"),
+           "output_r2": 1.0 - float((a - b).pow(2).sum()) / spread if spread > 0 else 0.0,
            "normalized_loss": float((f - g).pow(2).mean() / f.pow(2).mean().clamp_min(1e-300))}
     if task != "regression":
-        same = api_labels(f, "logits") == api_labels(g, "logits")
+        lf, lg = api_labels(f, "logits"), api_labels(g, "logits")
+        same = lf == lg
         if f.shape[1] > 1:  # the victim's own ties (e.g. all units off, outputs all 0) agree
             top2 = f.topk(2, dim=1).values
             same |= (top2[:, 0] - top2[:, 1]) <= 1e-12 * rms
         else:
             same |= f[:, 0].abs() <= 1e-12 * rms
         out["agreement"] = float(same.double().mean())
+        out["kappa"] = cohen_kappa(lf, torch.where(same, lf, lg))
+        out["majority_share"] = float(torch.bincount(lf).max()) / max(len(lf), 1)
     return out
 
 
@@ -157,8 +183,10 @@ def score_model(artifact, truth, info) -> dict[str, float]:
     held = "data" if "data" in sets else "domain"
     out["max_rel_error"] = worst
     out["output_error"] = out[f"output_error_{held}"]
-    if f"agreement_{held}" in out:
-        out["agreement"] = out[f"agreement_{held}"]
+    out["output_r2"] = out[f"output_r2_{held}"]
+    for key in ("agreement", "kappa", "majority_share"):
+        if f"{key}_{held}" in out:
+            out[key] = out[f"{key}_{held}"]
     parts = two_layer(truth.model)
     if parts is not None and artifact.data.get("normals") is not None:
         out.update(match_units(*parts, artifact.data["normals"], artifact.data["offsets"]))
@@ -221,13 +249,20 @@ def score_surrogate(artifact, truth, info) -> dict[str, float]:
     y = truth.data.y_test[:N_DATA]
     f = _eval(truth.model, x)
     fid_curve, acc_curve = [], []
+    g = f
     for queries, _points, net in artifact.data["snapshots"]:
-        fid, acc = fidelity_accuracy(f, _eval(net, x), y, info.task)
+        g = _eval(net, x)
+        fid, acc = fidelity_accuracy(f, g, y, info.task)
         fid_curve.append((int(queries), fid))
         acc_curve.append((int(queries), acc))
     curves = {"fidelity": fid_curve, "accuracy": acc_curve}
+    if artifact.data.get("curves", {}).get("heldout_agreement"):  # the attacker's own measure
+        curves["heldout_agreement"] = artifact.data["curves"]["heldout_agreement"]
     artifact.data["curves"] = curves
     out = {"fidelity": fid_curve[-1][1], "accuracy": acc_curve[-1][1]}
+    if info.task != "regression":
+        out["kappa"] = cohen_kappa(api_labels(f, "logits"), api_labels(g, "logits"))
+        out["majority_share"] = float(torch.bincount(api_labels(f, "logits")).max()) / max(len(f), 1)
     for level, key in ((0.9, "queries_to_90"), (0.95, "queries_to_95")):
         q = first_reaching(fid_curve, level)
         out[f"reached_{key[-2:]}"] = float(q is not None)

@@ -34,22 +34,12 @@ import numpy as np
 import torch
 
 from harness.scoring import scorer
+from harness.scoring.audit import clopper_pearson
 
 ALPHA = 0.05
 
 
 # --------------------------------------------------------------------------- basic measures
-def clopper_pearson(k: int, n: int, alpha: float = ALPHA) -> tuple[float, float]:
-    """Exact two-sided (1 - alpha) interval for a binomial proportion k/n."""
-    from scipy.stats import beta
-
-    if n == 0:
-        return 0.0, 1.0
-    lo = 0.0 if k == 0 else float(beta.ppf(alpha / 2, k, n - k + 1))
-    hi = 1.0 if k == n else float(beta.ppf(1 - alpha / 2, k + 1, n - k))
-    return lo, hi
-
-
 def pairwise_mse(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """(len(a), len(b)) mean squared errors between rows."""
     a, b = a.double(), b.double()

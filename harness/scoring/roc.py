@@ -5,6 +5,10 @@ A higher score means "more likely a member". `tpr_at_fpr(f)` is the largest TPR 
 thresholds whose measured FPR is ≤ f. When f < 1/(non-members) the only such thresholds are the
 ones with no false positive at all: the value is then the TPR at zero false positives, and
 `measured` is False — the number of non-members says how low an FPR this evaluation can see.
+
+The ROC is computed here rather than with scikit-learn's `roc_curve`: the two agree point for
+point, and this one is 3–40× faster at 200–200,000 scores (`python benchmarks/scoring_stats.py`),
+which matters where it is called per reference model and per attack.
 """
 
 from __future__ import annotations

@@ -57,6 +57,6 @@ def score_subspace(artifact, truth, info) -> dict[str, float]:
         return {}
     u = row_basis(first)
     v = np.asarray(artifact.data["basis"], dtype=np.float64).reshape(-1, u.shape[1] if len(u) else 1)
-    out = {"true_rank": float(len(u))}
+    out = {"true_rank": float(len(u)), "input_dim": float(info.dim)}
     out.update(compare_subspaces(v, u))
     return out

@@ -132,8 +132,8 @@ def test_runs_on_tiny_victims_within_budget(name, base_victims, tmp_path, full=F
                            None)
         where = f"{name} on {vname}/{interface}/{output}"
         assert entry["status"] in ("ok", "incomplete", "skipped"), f"{where}: {entry.get('reason')}"
-        assert oracle.ledger.used <= BUDGET
-        assert entry["queries"] == entry["queries_sent"] == oracle.ledger.by_attack.get(name, 0)
+        assert oracle.quotas.used <= BUDGET
+        assert entry["queries"] == entry["queries_sent"] == oracle.quotas.rows.by_attack.get(name, 0)
         assert isinstance(entry["wall_s"], float) and entry["wall_s"] >= 0
         if entry["status"] == "skipped":
             assert entry["reason"], f"{where}: a skip needs a reason"

@@ -52,17 +52,42 @@ def test_interface_refuses_what_it_does_not_offer(victim):
     assert oracle_for(victim, kind="whitebox").view("w").weights()["0.weight"].shape == (16, 64)
 
 
-def test_budget_is_never_exceeded_and_counted_per_attack(victim):
+def test_each_attacker_faces_the_whole_budget_and_none_exceeds_it(victim):
     o = oracle_for(victim, budget=100)
     a, b = o.view("a"), o.view("b")
     a.predict(torch.zeros(60, 64))
+    assert b.remaining == 100  # what a spent leaves b's own quota untouched
     with pytest.raises(BudgetExhausted):
-        b.explain(torch.zeros(41, 64))  # would make 101: refused whole, nothing answered
-    b.explain(torch.zeros(40, 64))
-    assert (a.queries, b.queries, o.ledger.used, a.remaining) == (60, 40, 100, 0)
+        b.explain(torch.zeros(101, 64))  # over b's own budget: refused whole, nothing answered
+    b.explain(torch.zeros(100, 64))
+    with pytest.raises(BudgetExhausted):
+        a.predict(torch.zeros(41, 64))  # a has 40 left
+    a.predict(torch.zeros(40, 64))
+    assert (a.queries, b.queries, o.quotas.used, a.remaining, b.remaining) == (100, 100, 200, 0, 0)
+    assert a.affordable(5) == 0 and b.affordable(5) == 0
     with pytest.raises(BudgetExhausted):
         a.predict(torch.zeros(1, 64))
-    assert o.ledger.used == 100 and a.affordable(5) == 0
+    assert o.quotas.used == 200
+    assert o.view("c").remaining == 100  # a new attacker starts with the whole budget
+
+
+def test_the_runs_row_cap_binds_every_attacker_together_and_says_cap(victim):
+    from defenses.errors import RowCapReached
+    from harness.errors import AttackStopped
+
+    info = type(victim.info)(**{**victim.info.__dict__, "interface": "prediction"})
+    o = Oracle(victim.backend, info, OutputDefenses(), 100, seed=0, max_rows=150)
+    a, b = o.view("a"), o.view("b")
+    a.predict(torch.zeros(100, 64))
+    assert b.remaining == 50 and b.capped_by_rows() and not a.capped_by_rows()
+    with pytest.raises(RowCapReached) as exc:
+        b.predict(torch.zeros(51, 64))
+    assert exc.value.stopped_by == "cap" and o.quotas.used == 100
+    b.predict(torch.zeros(50, 64))
+    assert o.quotas.used == 150 and b.queries == 50
+    stop = b.cannot_pay(10, "rows")
+    assert isinstance(stop, AttackStopped) and stop.stopped_by == "cap"
+    assert a.cannot_pay(10, "rows").stopped_by == "budget"  # a's own quota is spent too
 
 
 def test_rounding_and_noise_defenses(victim):

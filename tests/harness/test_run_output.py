@@ -4,6 +4,7 @@ attack started, `compare --experiment` over list-valued settings, and `validate`
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -41,8 +42,11 @@ def test_non_tty_run_prints_each_stage_and_keeps_warnings_in_the_report(tmp_path
                          cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
     assert res.returncode in (0, 1), res.stderr[-2000:]
-    stages = [ln for ln in res.stderr.splitlines() if ln.startswith("leakmeter: dp: ")]
-    assert len(stages) >= 3 and any("attack 1/1: span_nonadaptive" in ln for ln in stages), res.stderr
+    stages = [ln for ln in res.stderr.splitlines() if re.match(r"leakmeter: \[ *\d+\.\d s\] ", ln)]
+    assert len(stages) >= 4 and "dp: victim ready" in stages[1], res.stderr
+    assert any(ln.endswith("attack 1/1 span_nonadaptive: running") for ln in stages), res.stderr
+    done = next(ln for ln in stages if "attack 1/1 span_nonadaptive: ok" in ln)  # how it ended
+    assert re.search(r"risk (low|medium|high), \d+ queries in \d+\.\d s$", done), done
     assert "Warning" not in res.stderr + res.stdout and "Secure RNG" not in res.stderr
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     caught = {w["message"].split(".")[0]: w for w in report["warnings"]}
@@ -117,6 +121,28 @@ def test_compare_experiment_handles_list_valued_settings(two_runs):
     assert {c["label"] for c in cmp["cells"]} == {"hidden=[16]", "hidden=[8]"}
 
 
+def test_compare_experiment_fits_the_terminal_and_leaves_the_experiment_alone(two_runs, monkeypatch):
+    """The terminal table is as wide as the terminal (80 columns here) and names the cells; the
+    user's experiment gets no 'compare' run unless --log-run asks for one."""
+    from mlflow.tracking import MlflowClient
+
+    tmp, uri = two_runs["tmp"], two_runs["uri"]
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("widths")
+    kinds = lambda: [r.data.tags.get("leakmeter.kind") for r in client.search_runs([exp.experiment_id])]  # noqa: E731
+    before = kinds()
+    monkeypatch.setenv("COLUMNS", "80")
+    res = leakmeter("compare", "--experiment", "widths", "--tracking-uri", uri, "--out", str(tmp / "c80"))
+    assert res.exit_code in (0, 1), res.output + res.stderr
+    table = res.output.split("comparison:")[0]
+    assert max(len(ln) for ln in table.splitlines()) <= 80, table
+    assert "hidden=[16]" in table.replace("\n", "") and "not logged to MLflow" in res.output
+    assert kinds() == before  # nothing added to the user's experiment
+    res = leakmeter("compare", "--experiment", "widths", "--tracking-uri", uri, "--out", str(tmp / "c2"),
+                    "--log-run")
+    assert res.exit_code in (0, 1) and kinds().count("compare") == before.count("compare") + 1
+
+
 def test_mlflow_curve_starts_where_the_attack_started(two_runs):
     """The surrogate's fidelity curve in MLflow is the curve of the report, point for point: no
     extra step 0 holding the final value."""
@@ -150,3 +176,45 @@ def test_validate_fails_on_files_that_do_not_exist(tmp_path):
     (tmp_path / "nowhere.npz").write_bytes(b"")  # present but unreadable: refused, naming the key
     res = leakmeter("validate", str(tmp_path / "d.yaml"))
     assert res.exit_code == 2 and "victim.data.path" in res.stderr
+
+
+def test_terminal_run_names_each_attack_with_one_live_bar(tmp_path):
+    """On a terminal (a pty of 100 columns): the same stage lines as off it, a bar named after
+    the running attack, and the attacker's released/reference models trained without bars of
+    their own named as the victim's."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    scen = make_scenario(name="tty", attacks=[{"name": "span_nonadaptive"},
+                                              {"name": "informed_mia", "params": {"games": 2}}])
+    scen["victim"]["training"]["epochs"] = 3
+    (tmp_path / "tty.yaml").write_text(yaml.safe_dump(scen))
+    main, sub = pty.openpty()
+    fcntl.ioctl(sub, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 100, 0, 0))
+    env = {k: v for k, v in ENV.items() if k != "CI"}
+    proc = subprocess.Popen([*CLI, "run", "tty.yaml", "--out", "out"], cwd=tmp_path, env=env,
+                            stdin=sub, stdout=sub, stderr=sub, close_fds=True)
+    os.close(sub)
+    chunks = []
+    while True:
+        try:
+            data = os.read(main, 65536)
+        except OSError:  # the pty closes when the run ends
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=300)
+    os.close(main)
+    text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", b"".join(chunks).decode("utf8", "replace"))
+    pieces = re.split(r"[\r\n]", text)
+    assert proc.returncode in (0, 1), text[-3000:]
+    stages = [p for p in pieces if re.match(r"leakmeter: \[ *\d+\.\d s\] ", p)]
+    assert any(p.endswith("attack 1/2 span_nonadaptive: running") for p in stages), text[-3000:]
+    assert any("attack 2/2 informed_mia: ok" in p for p in stages), text[-3000:]
+    bars = [p for p in pieces if "%|" in p or "it/s]" in p or "q/s]" in p]
+    assert any(p.startswith("attack 2/2 informed_mia: training the released models") for p in bars), bars
+    ready = next(i for i, p in enumerate(pieces) if "tty: victim ready" in p)
+    assert not [p for p in pieces[ready:] if p.startswith("training victim")]  # released models say so

@@ -137,3 +137,12 @@ def test_public_dump_redacts_endpoint_credentials():
     dumped = str(s.public_dump())
     assert "s3cret" not in dumped and "key=abc" not in dumped and "user" not in dumped
     assert s.public_dump()["victim"]["endpoint"]["url"] == "https://api.example.com:8443/v1/invocations"
+
+
+def test_public_dump_hides_a_tracking_servers_password():
+    from harness.scenario import scenario_from_dict
+
+    s = scenario_from_dict({"name": "t", "tracking": {"uri": "http://alice:pw-Zz81@mlflow.example:5000"}})
+    assert s.public_dump()["tracking"]["uri"] == "http://mlflow.example:5000"
+    s = scenario_from_dict({"name": "t", "tracking": {"uri": "sqlite:///tmp/x.db"}})
+    assert s.public_dump()["tracking"]["uri"] == "sqlite:///tmp/x.db"

@@ -1,8 +1,10 @@
-"""Sweeps end cleanly: SIGTERM stops the worker processes with their sweep and leaves no MLflow run
-RUNNING; an unreachable Ray address is an error within 15 s, before anything is recorded."""
+"""Sweeps end cleanly: SIGTERM stops the worker processes with their sweep, starts no queued cell,
+leaves no MLflow run RUNNING and still writes SARIF and JUnit for the cells that ran; an
+unreachable Ray address is an error within 15 s, before anything is recorded."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -52,8 +54,9 @@ def test_sigterm_stops_a_local_sweep_its_workers_and_its_runs(tmp_path, tracking
     marker = f"LEAKMETER_TEST_MARK={tmp_path.name}"
     env = _env() | {"LEAKMETER_TEST_MARK": tmp_path.name}
     proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "sweep", str(scen),
-                             "--grid", "victim.training.epochs=3,4", "--jobs", "2",
-                             "--tracking-uri", tracking_uri, "--out", str(tmp_path / "o")],
+                             "--grid", "victim.training.epochs=3,4,5", "--jobs", "2",  # one cell queued
+                             "--tracking-uri", tracking_uri, "--out", str(tmp_path / "o"),
+                             "--sarif", str(tmp_path / "r.sarif"), "--junit", str(tmp_path / "r.xml")],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             cwd=tmp_path)
     client = MlflowClient(tracking_uri)
@@ -80,14 +83,17 @@ def test_sigterm_stops_a_local_sweep_its_workers_and_its_runs(tmp_path, tracking
     assert proc.returncode == 143, out[-2000:]
     assert took < 15, f"the sweep took {took:.1f} s to stop"
     assert "Traceback" not in out
-    time.sleep(0.5)
+    time.sleep(3.0)  # time for a queued cell to start, if anything still could start one
     assert [p for p in _alive(marker) if str(os.getpid()) not in p.split(":")[0]] == []
     runs = client.search_runs([client.get_experiment_by_name("sweeps").experiment_id])
     assert runs and not [r.info.run_name for r in runs if r.info.status == "RUNNING"]
     sweep = [r for r in runs if r.data.tags.get("leakmeter.kind") == "sweep"]
     assert len(sweep) == 1 and sweep[0].info.status == "KILLED"
     cells = [r for r in runs if r.data.tags.get("leakmeter.kind") == "cell"]
-    assert len(cells) == 2 and all(r.info.status == "KILLED" for r in cells)
+    assert len(cells) == 2 and all(r.info.status == "KILLED" for r in cells)  # the third never started
+    sarif = json.loads((tmp_path / "r.sarif").read_text())  # CI still hears about the cells that ran
+    assert sarif["runs"][0]["properties"]["verdict"] in ("error", "fail", "inconclusive")
+    assert (tmp_path / "r.xml").read_text().count("<testsuite ") == 2
 
 
 def test_an_unreachable_ray_address_is_refused_quickly_and_records_nothing(tmp_path, tracking_uri):

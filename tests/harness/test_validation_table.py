@@ -90,6 +90,13 @@ ROWS = {
     "token-and-userinfo": (endpoint(url="http://u:pw-9f3k@127.0.0.1:9/x", auth_env="LM_T"),
                            ["victim.endpoint", "user:password", "auth_env", "one of them"]),
     "auth-header-newline": (endpoint(auth_header="X-Key\nInjected: 1"), ["victim.endpoint.auth_header"]),
+    # values PyYAML's constructors cannot build (they used to crash: exit 3)
+    "yaml-bad-timestamp": (text("name: t\nseed: 2001-13-45\n"), ["2001-13-45", "timestamp", "line 2"]),
+    "yaml-float-abc": (text("name: t\nseed: !!float abc\n"), ["'abc'", "!!float", "line 2"]),
+    "yaml-int-abc": (text("name: t\nseed: !!int abc\n"), ["'abc'", "!!int", "line 2"]),
+    "yaml-int-4400-digits": (text("name: t\nseed: " + "9" * 4400 + "\n"), ["!!int", "4300 digits"]),
+    "yaml-nul": (text("name: t\x00x\n"), ["not valid YAML", "#x0000"]),
+    "yaml-set-key": (text("name: t\n? !!set {a, b}\n: 1\n"), ["mapping key", "line 2"]),
 }
 
 
@@ -126,11 +133,22 @@ def test_bad_input_is_exit_2_with_one_line_at_validate_and_run(row, tmp_path, mo
             assert "pw-9f3k" not in res.output  # URL credentials are never repeated
 
 
+@pytest.mark.parametrize("value", ["2001-13-45", "!!float abc", "!!int abc", "9" * 4400, "!!set {a}"],
+                         ids=["timestamp", "float", "int", "4400-digits", "set"])
+def test_set_values_yaml_cannot_build_are_exit_2(value, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = _write(tmp_path, lambda d: d)
+    for command in (["validate", str(path)], ["run", str(path), "--no-tracking", "--out", "o"]):
+        res = CliRunner().invoke(main, [*command, "--set", f"seed={value}"])
+        assert res.exit_code == 2, res.output
+        assert res.stderr.startswith("leakmeter: error: ") and "seed" in res.stderr
+
+
 def test_a_token_that_cannot_be_a_header_is_exit_2_and_never_shown(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     secret = "tok-7781-line\nInjected: yes"
-    monkeypatch.setenv("LM_NL_TOKEN", secret)
-    data = endpoint(auth_env="LM_NL_TOKEN")(yaml.safe_load(yaml.safe_dump(BASE)))
+    monkeypatch.setenv("LEAKMETER_NL_TOKEN", secret)
+    data = endpoint(auth_env="LEAKMETER_NL_TOKEN")(yaml.safe_load(yaml.safe_dump(BASE)))
     data["interface"]["kind"] = "prediction"
     p = tmp_path / "s.yaml"
     p.write_text(yaml.safe_dump(data))

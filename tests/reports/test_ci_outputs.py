@@ -73,6 +73,19 @@ def scenario_file(tmp_path, monkeypatch):
     return p
 
 
+def test_sarif_names_the_scenario_from_the_repository_root_and_no_machine_path(tmp_path, monkeypatch):
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    scen = tmp_path / "repo" / "ci" / "scenarios" / "s.yaml"
+    scen.parent.mkdir(parents=True)
+    scen.write_text(SCENARIO_TEXT)
+    monkeypatch.chdir(scen.parent)  # run from a subfolder of the checkout
+    log = to_sarif([(None, synth_report())], "s.yaml")
+    jsonschema.validate(log, SCHEMA)
+    loc = log["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]
+    assert loc == {"uri": "ci/scenarios/s.yaml", "uriBaseId": "%SRCROOT%"}
+    assert str(tmp_path) not in json.dumps(log) and "file://" not in json.dumps(log)
+
+
 def test_sarif_validates_and_has_one_result_per_finding_at_its_line(scenario_file):
     log = to_sarif([(None, synth_report())], scenario_file)
     jsonschema.validate(log, SCHEMA)

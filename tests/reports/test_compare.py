@@ -148,6 +148,26 @@ def test_rero_gamma_is_the_tightest_rigorous_bound_at_the_first_eta():
     assert C.rero_gamma([]) is None
 
 
+def test_gamma_column_shows_the_dp_guarantee_and_no_dp_as_such():
+    """As harness/rero/product.py writes them: a DP cell's pool-centred estimate carries its
+    rigorous γ (shown); a cell without DP has only a `none` row with γ = 1 (no guarantee: 'no DP')."""
+    dp = [{"prior": "empirical", "eta": 2.0, "bound": "rdp", "gamma": 0.08, "rigorous": False,
+           "gamma_rigorous": 0.31, "tightest": True},
+          {"prior": "empirical", "eta": 2.0, "bound": "eps_delta_dp", "gamma": 0.2, "rigorous": False,
+           "gamma_rigorous": 0.55},
+          {"prior": "empirical", "eta": 2.0, "bound": "check:reconn", "gamma": 0.01}]
+    none = [{"prior": "empirical", "eta": 2.0, "bound": "none", "gamma": 1.0, "vacuous": True}]
+    assert C.rero_gamma(dp) == 0.31 and C.rero_gamma(none) is None
+    records = []
+    for e, rows in ((1.0, dp), (None, none)):
+        rep = report(0.9, e, 100, ["low"])
+        rep["rero"] = rows
+        records.append(rec({"defenses.dp_sgd.epsilon": e}, rep))
+    head, body = C.rows(C.compare(records))
+    col = head.index("ReRo γ")
+    assert [r[col] for r in body] == ["0.31", "no DP"]
+
+
 def test_gamma_is_drawn_only_over_the_attacks_it_bounds_and_curves_get_their_own_axes(tmp_path):
     """γ bounds reconstruction, not span recovery; a rank-vs-samples curve is not a fidelity curve."""
     records = []

@@ -199,6 +199,19 @@ def test_banner_word_and_class_follow_the_verdict(tmp_path, verdict):
         assert "boom" in m[3] and "partial" in m[3]
 
 
+def test_fail_box_says_how_many_more_it_does_not_quote(tmp_path):
+    from reports.html import verdict_parts
+
+    rep = verdict_report(tmp_path, "fail")
+    base = rep["attacks"][0]
+    rep["attacks"] = [{**base, "name": f"a{i}", "risk": "high", "reason": f"why {i}"} for i in range(5)]
+    _, word, text = verdict_parts(rep)
+    assert word == "FAIL" and "5 attack(s)" in text
+    assert "a2: why 2" in text and "a3" not in text and text.endswith("and 2 more (see the table below)")
+    rep["attacks"] = rep["attacks"][:3]  # all quoted: no "more"
+    assert "more" not in verdict_parts(rep)[2]
+
+
 def test_findings_get_advice_filled_from_their_numbers(tmp_path):
     rep = verdict_report(tmp_path, "fail")
     rep["attacks"].append({

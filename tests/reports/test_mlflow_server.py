@@ -71,3 +71,30 @@ def test_run_logs_to_a_real_mlflow_server(tmp_path, mlflow_server):
     assert parent[0].data.metrics["span_nonadaptive.true_rank"] == 16
     names = {a.path for a in client.list_artifacts(parent[0].info.run_id)}
     assert "report.json" in names
+
+
+@pytest.mark.slow
+def test_a_tracking_server_password_never_reaches_the_report_or_any_output(tmp_path, mlflow_server):
+    """`--tracking-uri http://user:password@host`: the password is in no report file, --json file,
+    SARIF, JUnit, stdout or stderr (it was set after the report had been scrubbed)."""
+    password = "pw-Tr4ck-77x"
+    uri = mlflow_server.replace("http://", f"http://alice:{password}@")
+    p = tmp_path.parent / f"{tmp_path.name}-input.yaml"  # the input holds it: kept apart
+    p.write_text(yaml.safe_dump(make_scenario(attacks=[{"name": "span_nonadaptive"}],
+                                              tracking={"experiment": "pw", "uri": uri})))
+    out = tmp_path / "o"
+    res = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(p), "--json",
+                          str(tmp_path / "r.json"), "--out", str(out), "--sarif", str(tmp_path / "r.sarif"),
+                          "--junit", str(tmp_path / "r.xml")], capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
+    assert res.returncode == 1, res.stderr[-2000:]
+    report = (tmp_path / "r.json").read_text()
+    assert '"tracking_uri": "http://' in report and "***@127.0.0.1" in report
+    texts = [res.stdout, res.stderr] + [f.read_text(errors="replace") for f in tmp_path.rglob("*")
+                                        if f.is_file() and f.suffix != ".db"]
+    assert all(password not in t for t in texts)
+    import mlflow
+
+    client = mlflow.MlflowClient(mlflow_server)
+    runs = client.search_runs([client.get_experiment_by_name("pw").experiment_id])
+    assert runs and all(password not in str(r.data.params) + str(r.data.tags) for r in runs)

@@ -51,6 +51,31 @@ def test_blackbox_scores_match_the_known_truth():
         assert span["blackbox_heldout_energy"] > 1 - 1e-9
         assert rand["blackbox_heldout_angle_deg"] > 30 and rand["blackbox_heldout_energy"] < 0.6
         # the start-up check (predict + explain) and every probe went through the ledger
-        assert oracle.ledger.used == 2 + 2 * 256 + 2 * 8 == victim.backend.stats.rows_sent
+        assert oracle.quotas.used == 2 + 2 * 256 + 2 * 8 == victim.backend.stats.rows_sent
     finally:
         server.close()
+
+
+def test_an_artifact_no_probe_could_verify_is_incomplete_never_low(tmp_path):
+    """The scan's row cap lets the surrogate spend its budget but leaves no room for the held-out
+    probes: nothing verified the copy, so the attack is incomplete with no risk (once it read
+    "low, not verifiable" and the scan passed); the cap is never exceeded."""
+    from harness.runner import run_scenario
+
+    s = scenario_from_dict(SCENARIO)
+    served, _ = build_served(s)
+    server = VictimServer(served).start()
+    try:
+        remote = json.loads(json.dumps(SCENARIO))
+        remote["victim"]["endpoint"] = {"url": server.url, "max_rows": 2 + 300}
+        remote["defenses"]["query_budget"] = 300
+        remote["interface"] = {"kind": "prediction", "output": "probabilities"}
+        remote["attacks"] = [{"name": "surrogate"}]
+        rep = run_scenario(scenario_from_dict(remote), out=tmp_path / "o")
+    finally:
+        server.close()
+    (a,) = rep["attacks"]
+    assert a["queries_sent"] == 300 and a["metrics"].get("blackbox_unverified") == 1.0
+    assert a["status"] == "incomplete" and a["risk"] is None and a["stopped_by"] == "cap", a
+    assert "verified" in a["reason"] and rep["verdict"] == "inconclusive"
+    assert rep["queries_sent_total"] <= 302

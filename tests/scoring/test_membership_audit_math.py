@@ -139,3 +139,18 @@ def test_roc_measures_against_brute_force(seed, n):
         at = roc.tpr_at_fpr(r, f)
         assert at.tpr == pytest.approx(tpr[fpr <= f + 1e-12].max())
         assert at.measured == (f * (~mem).sum() >= 1)
+
+
+def test_one_run_ceiling_is_for_the_actual_split():
+    # 114 of 256 canaries in: guessing "in" for the top 128 and "out" for the bottom 128, an attack
+    # that is never wrong still has 14 of its "in" guesses on outs: 242 of 256 right, not 256
+    inc = np.zeros(256, bool)
+    inc[np.random.default_rng(0).permutation(256)[:114]] = True
+    res = audit.one_run_audit(np.random.default_rng(1).random(256), inc, [(128, 128)], 1e-5)
+    assert res.perfect == pytest.approx(audit.one_run_epsilon(256, 256, 242, 1e-5, 0.05))
+    assert res.perfect < audit.one_run_epsilon(256, 256, 256, 1e-5, 0.05)
+    # a perfect score reaches it; the top-only entry (10 guesses) allows all right
+    both = audit.one_run_audit(inc.astype(float), inc, [(128, 128), (10, 0)], 1e-5)
+    assert both.perfect == pytest.approx(max(audit.one_run_epsilon(256, 256, 242, 1e-5, 0.025),
+                                             audit.one_run_epsilon(256, 10, 10, 1e-5, 0.025)))
+    assert both.epsilon_lower == pytest.approx(both.perfect)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from victims.errors import BadInput
+from victims.http.secrets import clip
 
 FASHION_DIRS = ("/usr/share/datasets/fashion-mnist", "/usr/share/fashion-mnist")
 # each dataset's documented raw input range (what its documentation promises every record obeys)
@@ -119,34 +121,89 @@ def _sklearn(name: str) -> tuple[np.ndarray, np.ndarray, tuple[int, ...], str]:
 
 
 NPZ_ARRAYS = ("x_train", "y_train", "x_test", "y_test")
+NUMERIC = "biuf"  # numpy dtype kinds an array may have: bool, integers, floats
+MAX_LABEL = 100_000  # class labels are indices 0..K-1 with K at most this
 
 
-def check_npz(path: str | Path) -> None:
-    """BadInput unless `path` is a readable .npz holding the arrays leakmeter needs (reads only
-    the archive's directory, not the arrays)."""
+def check_npz(path: str | Path) -> dict[str, Any]:
+    """BadInput unless `path` is an .npz whose arrays leakmeter can use, judged from the archive's
+    directory and the .npy headers alone (victims/limits.py: declared sizes within the limit,
+    plain numeric dtypes): x_train, y_train, x_test, y_test (and x_pool/y_pool together),
+    inputs of at least one feature with the same features in every split, labels one per row.
+    Returns the manifest (name → declared shape and dtype)."""
+    from victims.limits import npz_manifest
+
     p = Path(path)
+    where = f"victim.data.path: {p}"
     if not p.is_file():
-        raise BadInput(f"victim.data.path: {p} not found (an .npz file)")
-    try:
-        with np.load(p, allow_pickle=False) as z:
-            missing = [k for k in NPZ_ARRAYS if k not in z]
-    except (ValueError, OSError, EOFError) as exc:
-        raise BadInput(f"victim.data.path: {p} is not a readable .npz ({exc})") from None
+        raise BadInput(f"{where} not found (an .npz file)")
+    arrays = npz_manifest(p)
+    missing = [k for k in NPZ_ARRAYS if k not in arrays]
     if missing:
-        raise BadInput(f"victim.data.path: {p} lacks arrays {missing}; "
-                       "needs x_train, y_train, x_test, y_test")
+        raise BadInput(f"{where} lacks arrays {missing}; needs x_train, y_train, x_test, y_test")
+    if ("x_pool" in arrays) != ("y_pool" in arrays):
+        raise BadInput(f"{where}: x_pool and y_pool come together (the attacker's own data and labels)")
+    for name, e in arrays.items():
+        if name not in (*NPZ_ARRAYS, "x_pool", "y_pool"):
+            continue
+        if e.dtype.kind not in NUMERIC:
+            raise BadInput(f"{where}: {name} has dtype {e.dtype}; allowed: numbers (bool, int, float)")
+        if len(e.shape) == 0:
+            raise BadInput(f"{where}: {name} is a single value (0-d); allowed: one row per record")
+    for split in ("train", "test", "pool"):
+        if f"x_{split}" not in arrays:
+            continue
+        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
+        if x.shape[0] == 0 and split != "pool":
+            raise BadInput(f"{where}: x_{split} is empty; allowed: at least one row")
+        if len(y.shape) > 2 or (len(y.shape) == 2 and y.shape[1] != 1):
+            raise BadInput(f"{where}: y_{split} has shape {list(y.shape)}; allowed: one label per row "
+                           f"({x.shape[0]},) or ({x.shape[0]}, 1)")
+        if y.shape[0] != x.shape[0]:
+            raise BadInput(f"{where}: x_{split} has {x.shape[0]} rows but y_{split} {y.shape[0]} labels")
+        if x.shape[1:] != arrays["x_train"].shape[1:]:
+            raise BadInput(f"{where}: x_{split} rows have shape {list(x.shape[1:])}, x_train rows "
+                           f"{list(arrays['x_train'].shape[1:])}; allowed: the same features in every split")
+        if 0 in x.shape[1:]:
+            raise BadInput(f"{where}: x_{split} rows have no features (shape {list(x.shape)})")
+    return arrays
 
 
-def _npz(path: str) -> tuple[np.ndarray, ...]:
+def _check_values(p: Path, arrays: dict[str, np.ndarray], task: str | None) -> None:
+    """BadInput for values a victim cannot be trained on: non-finite inputs or targets, and class
+    labels that are not indices 0..K-1 (negative, fractional, or K over MAX_LABEL)."""
+    where = f"victim.data.path: {p}"
+    for name, a in arrays.items():
+        if a.dtype.kind == "f" and not np.isfinite(a).all():
+            bad = int((~np.isfinite(a)).sum())
+            raise BadInput(f"{where}: {name} holds {bad} NaN or infinite value(s); allowed: finite numbers")
+    labels = np.concatenate([arrays[k].ravel() for k in arrays if k.startswith("y_")])
+    if task == "regression" or len(labels) == 0:
+        return
+    if labels.dtype.kind == "f" and not np.allclose(labels, np.round(labels)):
+        return  # fractional: a regression target (the task is inferred from it)
+    low, high = labels.min(), labels.max()
+    if low < 0 or high >= MAX_LABEL:
+        raise BadInput(f"{where}: class labels range over [{low:g}, {high:g}]; allowed: class indices "
+                       f"0 to {MAX_LABEL - 1} (or fractional values for regression)")
+
+
+def _npz(path: str, task: str | None = None) -> tuple[np.ndarray, ...]:
     p = Path(path)
     check_npz(p)
+    names = [*NPZ_ARRAYS, "x_pool", "y_pool"]
     try:
         with np.load(p, allow_pickle=False) as z:
-            pool = ((np.asarray(z["x_pool"]), np.asarray(z["y_pool"]))  # the attacker's own data
-                    if "x_pool" in z and "y_pool" in z else None)
-            return (*(np.asarray(z[k]) for k in NPZ_ARRAYS), pool)
-    except (ValueError, OSError, EOFError) as exc:
-        raise BadInput(f"victim.data.path: {p} is not a readable .npz ({exc})") from None
+            arrays = {k: np.asarray(z[k]) for k in names if k in z}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise BadInput(f"victim.data.path: {p} is not a readable .npz ({type(exc).__name__}: "
+                       f"{clip(exc, 200)})") from None
+    for k in list(arrays):
+        if k.startswith("y_"):
+            arrays[k] = arrays[k].reshape(len(arrays[k]))  # (n, 1) labels: one per row
+    _check_values(p, arrays, task)
+    pool = (arrays["x_pool"], arrays["y_pool"]) if "x_pool" in arrays else None  # the attacker's own
+    return (*(arrays[k] for k in NPZ_ARRAYS), pool)
 
 
 def _split(n: int, sizes: list[int], rng: np.random.Generator) -> list[np.ndarray]:
@@ -204,7 +261,7 @@ def load_dataset(spec: Any, seed: int) -> Dataset:
         x, y, shape, task = _sklearn(name)
         x_te_fixed = y_te_fixed = None
     elif name == "npz":
-        xtr, ytr, xte, yte, npz_pool = _npz(spec.path)
+        xtr, ytr, xte, yte, npz_pool = _npz(spec.path, spec.task)
         shape = tuple(xtr.shape[1:]) or (1,)
         x = xtr.reshape(len(xtr), -1).astype(np.float64)
         y = ytr
@@ -273,9 +330,20 @@ def load_dataset(spec: Any, seed: int) -> Dataset:
     else:
         n_pool = min(spec.attacker_pool, n - n_train) if npz_pool is None else 0
         tr, pool = _split(n, [n_train, n_pool], rng)
-        n_test = min(spec.n_test or len(x_te_fixed), len(x_te_fixed))
-        te = rng.permutation(len(x_te_fixed))[:n_test]
-        parts = (x[tr], y[tr], x_te_fixed[te], y_te_fixed[te], x[pool], y[pool])
+        held = rng.permutation(len(x_te_fixed))
+        # what training leaves of the pool comes from the held-out split (never from records the
+        # model trained on), keeping at least half of it to measure accuracy
+        n_held = min(spec.attacker_pool - n_pool, len(held) // 2) if npz_pool is None else 0
+        pool_te, held = held[:n_held], held[n_held:]
+        n_test = min(spec.n_test or len(held), len(held))
+        te = held[:n_test]
+        parts = (x[tr], y[tr], x_te_fixed[te], y_te_fixed[te],
+                 np.concatenate([x[pool], x_te_fixed[pool_te]]),
+                 np.concatenate([y[pool], y_te_fixed[pool_te]]))
+        if n_held:
+            unused = f"{n_pool} unused training records and " if n_pool else ""
+            record["pool_source"] = (f"{unused}{n_held} held-out test records (no x_pool/y_pool given); "
+                                     "the other test records measure accuracy")
         if npz_pool is not None:  # the user's x_pool/y_pool: the attacker's data, as given
             px = npz_pool[0].reshape(len(npz_pool[0]), -1).astype(np.float64)
             py = npz_pool[1].astype(y.dtype)
@@ -286,7 +354,8 @@ def load_dataset(spec: Any, seed: int) -> Dataset:
     documented = DOCUMENTED_RANGE.get(name)
     rows = (np.array([[documented[0]], [documented[1]]]) * np.ones((1, x_tr.shape[1]))
             if documented else np.zeros((0, x_tr.shape[1])))
-    x_tr, x_te, x_ext, norm = _normalise(x_tr, x_te, np.concatenate([x_pl, rows]), spec.standardize)
+    x_tr, x_te, x_ext, norm = _normalise(x_tr, x_te, np.concatenate([x_pl, rows]),
+                                         spec.standardize or "standard")
     x_pl, rows = x_ext[: len(x_pl)], x_ext[len(x_pl):]  # the documented box, preprocessed as inputs are
     domain = (float(rows.min()), float(rows.max())) if len(rows) else None
     offset = norm.pop("_offset", None)

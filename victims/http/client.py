@@ -1,10 +1,14 @@
 """A victim behind an HTTP endpoint (`victim.endpoint` in a scenario).
 
 `RemoteBackend` answers `predict(x, kind)` / `explain(x, kind, gen)` like victims/local.py, by
-POSTing batches of at most `max_batch` rows over one pooled `requests.Session`, with timeouts and
-retries (exponential backoff on connection errors, timeouts, 5xx, 429 — honouring Retry-After;
-invalid JSON bodies are retried too). Answers are validated (shape, finiteness, class count, labels
-in range); a bad one raises `EndpointError` naming the endpoint and what was wrong.
+POSTing batches of at most `max_batch` rows over one pooled session (victims/http/transport.py:
+a timeout per socket operation, a total deadline per request, a cap on the answer's size), with
+retries (exponential backoff on connection errors, timeouts, missed deadlines, 5xx, 429 —
+honouring Retry-After; invalid JSON bodies are retried too). Answers are validated (shape,
+finiteness, class count, labels in range); a bad one raises `EndpointError` naming the endpoint
+and what was wrong. The request body and where the answer sits are the wire protocol's
+(victims/http/wire.py); this class is the one place that owns retries, size limits, deadlines,
+budget charging and scrubbing, whatever the protocol.
 
 Queries are charged for what is *sent*: the oracle charges each batch's first try, this client
 charges every re-send to the run's budget before sending it (`bind_budget`), and the start-up
@@ -21,9 +25,8 @@ Credentials: the token comes from the environment variable `auth_env` names; `us
 the URL is sent as Basic auth (never both: that is bad input). Both, and credential-like query
 values, are registered with the scrubber (victims/http/secrets.py) and never shown.
 
-Protocols: `mlflow` ({"inputs": rows, "params": {"explain": kind}} → {"predictions": ...}) and
-`json` (any request template with "$inputs" / "$explain" placeholders, and a dotted response path
-such as "result.scores" or "outputs[0]").
+Every message built from what an endpoint sent is scrubbed before it is cut (`clip`), so a secret
+an endpoint echoes is never shown in part.
 """
 
 from __future__ import annotations
@@ -40,16 +43,26 @@ import numpy as np
 import torch
 
 from defenses.budget import STARTUP
-from defenses.errors import BudgetExhausted
+from defenses.errors import BudgetExhausted, RowCapReached
 from victims.errors import BadInput, InterfaceError
-from victims.http.protocol import display_url, extract_path, fill, retry_after, template_has
-from victims.http.secrets import SECRETS, valid_header_value
+from victims.http.protocol import display_url, retry_after, template_has
+from victims.http.secrets import SECRETS, clip, valid_header_value
+from victims.http.transport import DeadlineExceeded, Reply, TooLarge, exchange, new_session
+from victims.http.wire import AnswerError, make_protocol
 
 __all__ = ["EndpointError", "EndpointFaults", "EndpointRefused", "EndpointQuotaExhausted",
            "RemoteBackend", "display_url", "template_has", "split_credentials"]
 
 MAX_RETRY_AFTER_S = 60.0  # a longer Retry-After is a refusal, not a transient fault
 MAX_BACKOFF_S = 30.0
+DEADLINE_FLOOR_S = 60.0  # the default deadline per request: max(60 s, 3 × timeout_s)
+
+
+def deadline_of(spec: Any) -> float:
+    """Seconds a whole request may take (connect to last byte): `deadline_s`, else
+    max(DEADLINE_FLOOR_S, 3 × timeout_s)."""
+    given = getattr(spec, "deadline_s", None)
+    return float(given) if given is not None else max(DEADLINE_FLOOR_S, 3.0 * spec.timeout_s)
 
 
 class EndpointError(Exception):
@@ -108,7 +121,8 @@ class EndpointStats:
     by_caller: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def caller(self, who: str) -> dict[str, int]:
-        return self.by_caller.setdefault(who, {"queries_sent": 0, "retries": 0, "faults": 0})
+        return self.by_caller.setdefault(who, {"queries_sent": 0, "retries": 0, "faults": 0,
+                                               "rows_resent": 0})
 
     def sent(self, who: str, rows: int, retry: bool) -> None:
         self.requests += 1
@@ -119,6 +133,7 @@ class EndpointStats:
             self.retries += 1
             self.rows_resent += rows
             c["retries"] += 1
+            c["rows_resent"] += rows
 
     def fault(self, kind: str, who: str) -> None:
         self.faults[kind] = self.faults.get(kind, 0) + 1
@@ -133,9 +148,6 @@ class RemoteBackend:
     def __init__(self, spec: Any, *, dim: int, task: str, n_classes: int, n_outputs: int,
                  token: str | None = None, sleep: Callable[[float], None] = time.sleep,
                  budget: int | None = None):
-        import requests
-        from requests.adapters import HTTPAdapter
-
         self.spec = spec
         self.where = display_url(spec.url)
         SECRETS.add_url(spec.url)
@@ -148,16 +160,14 @@ class RemoteBackend:
         self._sleep = sleep
         self._charge: Callable[..., None] | None = None
         self._who: Callable[[], str] = lambda: STARTUP
-        self.startup_budget = budget  # the cap on rows sent before the oracle's ledger exists
+        self.startup_budget = budget  # the row cap (max_rows) before the oracle's ledger exists
         self.stats = EndpointStats()
         self.record: dict[str, Any] = {}
-        self.session = requests.Session()
-        adapter = HTTPAdapter(pool_connections=2, pool_maxsize=4, max_retries=0)
-        self.session.mount("http://", adapter)
-        self.session.mount("https://", adapter)
-        self.session.verify = spec.verify_tls
-        self.session.headers.update({"Content-Type": "application/json", "Accept": "application/json"})
-        if token:
+        self.session = new_session(spec.verify_tls)
+        self.deadline_s = deadline_of(spec)
+        self.max_bytes = int(spec.max_response_mb * 2**20)
+        self.protocol = make_protocol(spec, token)
+        if token and not self.protocol.sends_token:  # "$auth" in a template carries it instead
             value = f"{spec.auth_scheme} {token}" if spec.auth_scheme else token
             if not valid_header_value(value):
                 raise BadInput(f"victim.endpoint.auth_env: the token in ${spec.auth_env} cannot be sent "
@@ -184,7 +194,7 @@ class RemoteBackend:
             try:
                 charge(n, STARTUP)
             except BudgetExhausted:
-                raise BadInput(f"defenses.query_budget: too small even for the {n} queries that "
+                raise BadInput(f"victim.endpoint.max_rows: too small even for the {n} queries that "
                                f"checked the endpoint {self.where}") from None
 
     def caller(self) -> str:
@@ -205,10 +215,12 @@ class RemoteBackend:
         """Rows sent (first tries and re-sends), re-sent requests and faults for one caller."""
         return dict(self.stats.by_caller.get(who, {"queries_sent": 0, "retries": 0, "faults": 0}))
 
-    def starved(self, exc: BudgetExhausted) -> Exception:
+    def starved(self, exc: BudgetExhausted, who: str | None = None) -> Exception:
         """What a budget refusal means: EndpointFaults when the rows re-sent after faults are what
-        used it up (without them this batch would have been answered), else the refusal itself."""
-        resent = self.stats.rows_resent
+        used it up (without them this batch would have been answered), else the refusal itself.
+        `who`: the attacker whose own budget refused (None: the run's row cap)."""
+        resent = (self.stats.rows_resent if who is None or isinstance(exc, RowCapReached)
+                  else self.stats.caller(who)["rows_resent"])
         if resent and exc.requested <= exc.remaining + resent:
             return EndpointFaults(f"{self.where}: faults used up the query budget ({resent} rows re-sent "
                                   f"after faults; without them these {exc.requested} rows would have "
@@ -220,45 +232,21 @@ class RemoteBackend:
         return SECRETS.scrub(text)
 
     # ------------------------------------------------------------------ HTTP
-    def _body(self, rows: list, explain: str | None) -> dict[str, Any]:
-        if self.spec.protocol == "json":
-            template = self.spec.request_template or {"inputs": "$inputs"}
-            return fill(template, rows, explain)
-        body: dict[str, Any] = {"inputs": rows}
-        if explain:
-            body["params"] = {"explain": explain}
-        return body
-
-    def _parse(self, resp: Any) -> Any:
-        """The answer field of a 2xx response; _Transient when the body is not usable JSON."""
-        ctype = resp.headers.get("Content-Type", "")
-        try:
-            body = resp.json()
-        except (ValueError, RecursionError):
-            kind = "an HTML page" if "html" in ctype or resp.text.lstrip()[:1] == "<" else "invalid JSON"
-            raise _Transient(f"answered {kind} (HTTP {resp.status_code})", "malformed") from None
-        if self.spec.protocol == "json":
-            path = self.spec.response_path or "predictions"
-            try:
-                return extract_path(body, path)
-            except (KeyError, IndexError, ValueError, TypeError):
-                raise EndpointError(f"{self.where}: the response has no field {path!r} "
-                                    "(victim.endpoint.response_path)") from None
-        if isinstance(body, dict):
-            if "predictions" not in body:
-                keys = ", ".join(str(k)[:40] for k in list(body)[:5])
-                raise EndpointError(self.scrub(f"{self.where}: the response has no 'predictions' "
-                                               f"field (keys: {keys})"))
-            return body["predictions"]
-        return body
-
-    def _attempt(self, body: str) -> Any:
-        """One POST; the answer field, or _Transient / an EndpointError subclass."""
+    def _attempt(self, data: bytes) -> Any:
+        """One POST; the answer field, or _Transient / an EndpointError subclass. Every message
+        is scrubbed before it is cut (`clip`), never after."""
         import requests
 
         try:
-            resp = self.session.post(self._url, data=body, timeout=self.spec.timeout_s,
-                                     allow_redirects=False)
+            reply = exchange(self.session, self._url, data, self.spec.timeout_s, self.deadline_s,
+                             self.max_bytes)
+        except DeadlineExceeded:
+            raise _Transient(f"no whole answer within {self.deadline_s:g} s (the deadline per request, "
+                             "victim.endpoint.deadline_s)", "deadline") from None
+        except TooLarge:
+            raise EndpointError(f"{self.where}: answered more than {self.max_bytes / 2**20:g} MiB "
+                                "(victim.endpoint.max_response_mb; or send fewer rows per request "
+                                "with victim.endpoint.max_batch)") from None
         except requests.Timeout:
             raise _Transient(f"timed out after {self.spec.timeout_s} s", "timeout") from None
         except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError,
@@ -266,21 +254,37 @@ class RemoteBackend:
             raise _Transient(f"connection failed ({type(exc).__name__})", "connection") from None
         except requests.RequestException as exc:  # its text may hold the URL: name the type only
             raise EndpointError(f"{self.where}: request failed ({type(exc).__name__})") from None
-        status = resp.status_code
+        except OSError as exc:  # a socket error requests did not wrap
+            raise _Transient(f"connection failed ({type(exc).__name__})", "connection") from None
+        status = reply.status
         if status == 429:
-            raise _Transient("answered 429 Too Many Requests", "429", self._on_429(resp))
+            raise _Transient("answered 429 Too Many Requests", "429", self._on_429(reply))
         if status >= 500:
             raise _Transient(f"answered HTTP {status}", str(status))
         if status in (401, 403):
             raise EndpointRefused(self.scrub(f"{self.where}: answered HTTP {status}: "
-                                             f"{self._excerpt(resp)} (the endpoint refuses this client)"))
-        if status >= 300:
-            raise EndpointError(self.scrub(f"{self.where}: answered HTTP {status}: {self._excerpt(resp)}"))
-        return self._parse(resp)
+                                             f"{self._excerpt(reply)} (the endpoint refuses this client)"))
+        if status >= 300 or status < 200:
+            raise EndpointError(self.scrub(f"{self.where}: answered HTTP {status}: {self._excerpt(reply)}"))
+        return self._answer(reply)
+
+    def _answer(self, reply: Reply) -> Any:
+        """The answer field of a 2xx response; _Transient when the body is not usable JSON."""
+        try:
+            payload = reply.json()
+        except (ValueError, RecursionError):
+            ctype = reply.headers.get("Content-Type", "")
+            html = "html" in ctype or reply.body.lstrip()[:1] == b"<"
+            raise _Transient(f"answered {'an HTML page' if html else 'invalid JSON'} (HTTP {reply.status})",
+                             "malformed") from None
+        try:
+            return self.protocol.answer(payload)
+        except AnswerError as exc:
+            raise EndpointError(self.scrub(f"{self.where}: {exc}")) from None
 
     def _post(self, rows: list, explain: str | None) -> Any:
         """One request for a chunk, with retries; returns the answer field."""
-        body = json.dumps(self._body(rows, explain))
+        data = json.dumps(self.protocol.body(rows, explain)).encode()
         attempts = self.spec.retries + 1
         last, last_kind = "", ""
         who = self.caller()
@@ -294,7 +298,7 @@ class RemoteBackend:
                         f"({self.stats.rows_resent} rows re-sent; last fault: {last})")) from None
             self.stats.sent(who, len(rows), retry=attempt > 0)
             try:
-                return self._attempt(body)
+                return self._attempt(data)
             except _Transient as exc:
                 self.stats.fault(exc.kind, who)
                 last, last_kind, wait = str(exc), exc.kind, exc.wait
@@ -309,24 +313,30 @@ class RemoteBackend:
             raise EndpointRefused(f"{msg}: rate limited without recovery")
         raise EndpointFaults(msg)
 
-    def _on_429(self, resp: Any) -> float | None:
+    def _on_429(self, reply: Reply) -> float | None:
         try:
-            info = resp.json()
+            info = reply.json()
         except (ValueError, RecursionError):
             info = {}
         if isinstance(info, dict) and info.get("error_code") == "RESOURCE_EXHAUSTED":
-            msg = str(info.get("message", ""))[:200]
+            msg = clip(info.get("message", ""), 200)  # scrubbed, then cut
             raise EndpointQuotaExhausted(self.scrub(f"{self.where}: the endpoint's query budget for "
                                                     f"this API key is spent ({msg})"))
-        wait = retry_after(resp.headers.get("Retry-After"))
+        wait = retry_after(reply.headers.get("Retry-After"))
         if wait is not None and wait > MAX_RETRY_AFTER_S:
             raise EndpointRefused(f"{self.where}: answered 429 with Retry-After {wait:.0f} s "
                                   f"(more than {MAX_RETRY_AFTER_S:.0f} s): rate limited")
         return wait
 
-    def _excerpt(self, resp: Any) -> str:
-        text = " ".join(resp.text[:2000].split())[:200]
-        return self.scrub(text) or resp.reason or ""
+    @staticmethod
+    def _excerpt(reply: Reply) -> str:
+        """The first 200 characters of an error answer, scrubbed before they are cut. A body
+        cut at the read limit loses its last (longest secret) characters first, so a secret
+        straddling that cut can never be shown in part."""
+        text = reply.text()
+        if reply.truncated:
+            text = text[: max(0, len(text) - SECRETS.longest)]
+        return clip(" ".join(text.split()), 200) or clip(reply.reason, 200)
 
     # ------------------------------------------------------------------ answers
     def _ask(self, x: torch.Tensor, explain: str | None) -> np.ndarray:
@@ -395,7 +405,7 @@ class RemoteBackend:
 
     def explain(self, x: torch.Tensor, kind: str, gen: torch.Generator) -> torch.Tensor:
         """Explanations (N, d) of `kind` (gradient | smoothgrad), computed by the endpoint."""
-        if self.spec.protocol == "json" and not template_has(self.spec.request_template, "$explain"):
+        if not self.protocol.offers_explain():
             raise InterfaceError(f"{self.where}: the json request_template has no \"$explain\" "
                                  "placeholder, so explanations cannot be requested")
         return torch.as_tensor(self._ask(x, kind))

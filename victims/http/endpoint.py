@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import torch
 
+from defenses.budget import SCORING
 from defenses.errors import BudgetExhausted
 from victims.errors import BadInput, InterfaceError
 from victims.http.client import EndpointError, RemoteBackend
@@ -24,15 +25,17 @@ from victims.victim import PublicInfo, Truth, Victim, resolve_device
 @dataclass
 class BlackBoxTruth(Truth):
     """No model, no data: only the endpoint itself, which black-box scorers may probe
-    (harness/scoring/blackbox.py; every probe is charged to the run's budget)."""
+    (harness/scoring/blackbox.py; probes are the scorer's, not an attacker's: they count in the
+    run's rows sent and against `victim.endpoint.max_rows`, never against an attacker's budget)."""
 
     endpoint: RemoteBackend | None = None
     info: Any = None
     seed: int = 0
+    x_heldout: torch.Tensor | None = None  # the named dataset's test inputs (probe points), if any
 
     def probe_predict(self, x: torch.Tensor) -> torch.Tensor:
-        """The endpoint's predictions for held-out probes, charged to the budget first."""
-        self.endpoint.billing_as = "blackbox_scoring"
+        """The endpoint's predictions for held-out probes, charged to the run's row cap first."""
+        self.endpoint.billing_as = SCORING
         try:
             self.endpoint.bill(len(x))
             return self.endpoint.predict(x, self.info.output)
@@ -40,7 +43,7 @@ class BlackBoxTruth(Truth):
             self.endpoint.billing_as = None
 
     def probe_explain(self, x: torch.Tensor) -> torch.Tensor:
-        self.endpoint.billing_as = "blackbox_scoring"
+        self.endpoint.billing_as = SCORING
         try:
             self.endpoint.bill(len(x))
             return self.endpoint.explain(x, self.info.interface, torch.Generator())
@@ -48,14 +51,34 @@ class BlackBoxTruth(Truth):
             self.endpoint.billing_as = None
 
 
+AUTH_PREFIX = "LEAKMETER_"  # the variables a scenario may name in auth_env on its own
+_chosen: set[str] = set()  # variables the person running leakmeter named with --auth-env
+
+
+def allow_auth_env(name: str) -> None:
+    """Allow `name` as the token variable (the command line's --auth-env)."""
+    _chosen.add(name)
+
+
 def read_token(spec: Any) -> str | None:
-    """The auth token from the environment variable `auth_env` names (None without auth)."""
+    """The auth token from the environment variable `auth_env` names (None without auth).
+
+    Scenarios travel between people, and the token is sent to the scenario's URL: a scenario may
+    name only variables starting with LEAKMETER_ (or one the command line chose with
+    --auth-env), never e.g. AWS_SECRET_ACCESS_KEY. BadInput (exit 2, before any request) for
+    any other name, and for a variable that is not set."""
     if not spec.auth_env:
         return None
-    token = os.environ.get(spec.auth_env, "")
+    name = spec.auth_env
+    if not name.startswith(AUTH_PREFIX) and name not in _chosen:
+        raise BadInput(f"victim.endpoint.auth_env: {name} is not a variable a scenario may send: a "
+                       f"scenario names only variables starting with {AUTH_PREFIX} (scenarios travel "
+                       f"between people and the token goes to the scenario's URL); rename it, or choose "
+                       f"it yourself with --auth-env {name}")
+    token = os.environ.get(name, "")
     SECRETS.add(token)
     if not token.strip():
-        raise BadInput(f"victim.endpoint.auth_env: the environment variable {spec.auth_env} is not "
+        raise BadInput(f"victim.endpoint.auth_env: the environment variable {name} is not "
                        "set or empty (it must hold the endpoint's token)")
     return token.strip()
 
@@ -113,9 +136,12 @@ def build_remote_victim(s: Any) -> Victim:
     if budget is not None and budget < need:
         raise BadInput(f"defenses.query_budget: {budget} leaves nothing for the start-up check of the "
                        f"endpoint ({need} row(s)); nothing was sent")
+    if ep.max_rows is not None and ep.max_rows < need:
+        raise BadInput(f"victim.endpoint.max_rows: {ep.max_rows} leaves nothing for the start-up check "
+                       f"of the endpoint ({need} row(s)); nothing was sent")
     backend = RemoteBackend(ep, dim=pub["dim"], task=task or "multiclass",
                             n_classes=pub["n_classes"] or 0, n_outputs=n_out or 0, token=token,
-                            budget=budget)
+                            budget=ep.max_rows)
     probe = _probe(backend, s, pub)
     task, n_classes, n_out = probe["task"], probe["n_classes"], probe["n_outputs"]
     backend.task, backend.n_classes, backend.n_outputs = task, n_classes, n_out
@@ -144,7 +170,10 @@ def build_remote_victim(s: Any) -> Victim:
         truth, utility = _file_truth(s)
         record["notes"].append("truth: the named model file (full scoring)")
     else:
-        truth = BlackBoxTruth(None, None, None, None, endpoint=backend, info=info, seed=s.seed)
+        held = pub["data"].x_test if pub["data"] is not None and len(pub["data"].x_test) else None
+        truth = BlackBoxTruth(None, None, None, None, endpoint=backend, info=info, seed=s.seed,
+                              x_heldout=None if held is None else torch.as_tensor(
+                                  held.reshape(len(held), -1), dtype=torch.float64))
         record["notes"].append("truth unavailable: black-box scoring only")
     return Victim(backend, truth, info, utility, record)
 

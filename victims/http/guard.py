@@ -11,6 +11,8 @@ early (413) is read and discarded under the same deadline, so the client still r
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,10 +28,38 @@ class ServerLimits:
     request_timeout_s: float = 15.0  # a whole request (headers + body) must arrive within this
     keep_alive_s: float = 5.0  # idle time allowed between requests on one connection
     max_connections: int = 4096  # open connections; more are closed at once
-    max_readers: int = 8  # requests reading their body at once
+    max_readers: int = 8  # bodies of max_body buffered at once: the byte budget is their product
     max_inflight: int = 2  # requests parsed and answered at once (threads)
-    queue_timeout_s: float = 10.0  # wait for a reading slot before answering 503
+    queue_timeout_s: float = 10.0  # wait for buffer room (or an answering thread) before 503
     backlog: int = 2048  # listen backlog
+
+    @property
+    def body_bytes(self) -> int:
+        """Bytes of request bodies buffered at once, all connections together."""
+        return self.max_readers * self.max_body
+
+
+class ByteBudget:
+    """Request-body bytes buffered at once, shared by all connections (event-loop side only).
+    A reader holds only the bytes it has received, so clients trickling bodies hold next to
+    nothing and never keep a fast client waiting; fast large bodies wait for room (then 503)."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self.free = total
+        self._room = asyncio.Condition()
+
+    async def take(self, n: int, timeout_s: float) -> None:
+        """Reserve n bytes, waiting at most timeout_s (TimeoutError)."""
+        async with self._room:
+            await asyncio.wait_for(self._room.wait_for(lambda: self.free >= n), timeout_s)
+            self.free -= n
+
+    async def give(self, n: int) -> None:
+        if n:
+            async with self._room:
+                self.free += n
+                self._room.notify_all()
 
 
 def guarded_protocol(limits: ServerLimits) -> type[H11Protocol]:
@@ -38,6 +68,10 @@ def guarded_protocol(limits: ServerLimits) -> type[H11Protocol]:
     class GuardedH11Protocol(H11Protocol):
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             self._deadline: asyncio.TimerHandle | None = None
+            sock = transport.get_extra_info("socket")
+            if sock is not None:  # small answers leave at once (no Nagle wait for a delayed ACK)
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             super().connection_made(transport)
             if len(self.connections) > limits.max_connections:
                 transport.close()

@@ -1,5 +1,5 @@
 """Pieces of the wire format the endpoint client speaks: request templates with "$inputs" /
-"$explain" placeholders, dotted response paths, Retry-After, and how an endpoint is named in
+"$explain" / "$auth" placeholders, dotted response paths, Retry-After, and how an endpoint is named in
 messages (never with its credentials)."""
 
 from __future__ import annotations
@@ -38,16 +38,21 @@ def retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def fill(template: Any, inputs: list, explain: str | None) -> Any:
-    """The request template with "$inputs" / "$explain" replaced (recursively)."""
-    if template == "$inputs":
+INPUTS, EXPLAIN, AUTH = "$inputs", "$explain", "$auth"  # a template's placeholders
+
+
+def fill(template: Any, inputs: list, explain: str | None, auth: str | None = None) -> Any:
+    """The request template with "$inputs" / "$explain" / "$auth" replaced (recursively)."""
+    if template == INPUTS:
         return inputs
-    if template == "$explain":
+    if template == EXPLAIN:
         return explain
+    if template == AUTH:
+        return auth
     if isinstance(template, dict):
-        return {k: fill(v, inputs, explain) for k, v in template.items()}
+        return {k: fill(v, inputs, explain, auth) for k, v in template.items()}
     if isinstance(template, list):
-        return [fill(v, inputs, explain) for v in template]
+        return [fill(v, inputs, explain, auth) for v in template]
     return template
 
 

@@ -37,8 +37,8 @@ class VictimPyfunc(mlflow.pyfunc.PythonModel):
         dtype = getattr(torch, meta["dtype"])
         backend = LocalBackend(model, meta["task"], meta["n_classes"], iface,
                                torch.device("cpu"), dtype)
-        self.served = ServedModel(backend, meta["served"], ServedDefenses(**meta["defenses"]),
-                                  salt=meta["salt"])
+        # the noise secret is drawn when the model loads (victims/http/served.py), never stored
+        self.served = ServedModel(backend, meta["served"], ServedDefenses(**meta["defenses"]))
 
     def predict(self, context, model_input, params=None):  # noqa: ANN001 - MLflow's signature
         from mlflow.exceptions import MlflowException
@@ -79,7 +79,7 @@ def export_pyfunc(s: Any, path: str | Path) -> Path:
         meta = {"torchscript": True, "task": victim.info.task, "n_classes": victim.info.n_classes,
                 "dtype": str(victim.info.dtype).removeprefix("torch."), "served": served.meta,
                 "interface": s.interface.model_dump(mode="json"),
-                "defenses": dataclasses.asdict(served.defenses), "salt": served.salt}
+                "defenses": dataclasses.asdict(served.defenses)}
         (Path(tmp) / "meta.json").write_text(json.dumps(meta))
         signature = ModelSignature(
             inputs=Schema([TensorSpec(np.dtype(np.float64), (-1, victim.info.dim))]),

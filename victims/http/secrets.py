@@ -8,7 +8,10 @@ three patterns are masked wherever they appear, registered or not: URL userinfo 
 credential-named query parameters (``?api_key=...``) and the value of a Bearer/Basic header.
 
 Values shorter than MIN_SECRET characters are masked only through those patterns: replacing a
-two-letter string everywhere would garble every message without protecting anything.
+two-letter string everywhere would garble every message without protecting anything. Any
+FRAGMENT-character piece of a registered value (in any of its forms) is masked too, with the run
+of text it belongs to: a secret cut in half by a length limit is still found. Text is always
+scrubbed *before* it is cut (`clip`), never after.
 
 The CLI routes stdout and stderr through `ScrubbingStream`, the runner scrubs the report before it
 is written, and reports/tracking.py's Tracker scrubs what it logs to MLflow (harness passes it this
@@ -26,15 +29,14 @@ from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit
 
 MASK = "***"
 MIN_SECRET = 4
-# query parameters whose values are credentials whatever their length
-CREDENTIAL_PARAM = re.compile(
-    r"(?i)^(api[_-]?key|apikey|key|token|access[_-]?token|auth|authorization|secret|client[_-]?secret|"
-    r"password|passwd|pwd|pass|sig|signature|x-amz-signature|x-goog-signature|code|session|sessionid|"
-    r"credential|credentials|jwt|bearer)$")
+FRAGMENT = 8  # pieces of a registered secret this long are masked wherever they appear
+# query parameter names whose values are credentials whatever their length: any name containing
+# one of these words (api_key, subscription-key, X-Amz-Signature, access_token, ...), or exactly
+# `code` / `pass`
+_CRED_WORDS = r"key|token|secret|passw|pwd|sig|auth|credential|session|jwt|bearer"
+CREDENTIAL_PARAM = re.compile(rf"(?i)^(?:[\w.~-]*(?:{_CRED_WORDS})[\w.~-]*|code|pass)$")
 _USERINFO = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)[^/\s@?#'\"<>]+@")
-_QUERY_CRED = re.compile(
-    r"(?i)([?&;](?:api[_-]?key|apikey|key|token|access[_-]?token|auth|secret|client[_-]?secret|"
-    r"password|passwd|pwd|sig|signature|x-amz-signature|x-goog-signature|jwt|bearer)=)[^&#\s'\"<>]+")
+_QUERY_CRED = re.compile(rf"(?i)([?&;][\w.~-]*(?:{_CRED_WORDS})[\w.~-]*=)[^&#\s'\"<>]+")
 # a header value: at least 6 token characters, one of them a digit or punctuation (not a word)
 _AUTH_VALUE = re.compile(
     r"(?i)\b(bearer|basic)(\s+|%20|\+)(?!\*\*\*)(?=[A-Za-z]*[0-9._~+/=:-])[A-Za-z0-9._~+/=:-]{6,}")
@@ -61,8 +63,19 @@ class Scrubber:
 
     def __init__(self) -> None:
         self._values: set[str] = set()
+        self._grams: frozenset[str] = frozenset()  # every FRAGMENT-long piece of every value
         self._lock = threading.Lock()
         self._pattern: re.Pattern[str] | None = None
+
+    def _register(self, forms: set[str]) -> None:
+        """Add forms of a secret (caller holds no lock)."""
+        with self._lock:
+            new = {f for f in forms if len(f) >= MIN_SECRET} - self._values
+            if new:
+                self._values |= new
+                self._grams = self._grams | {f[i : i + FRAGMENT] for f in new if len(f) >= FRAGMENT
+                                             for i in range(len(f) - FRAGMENT + 1)}
+                self._pattern = None
 
     def add(self, value: str | None) -> None:
         """Register a secret (and its encodings)."""
@@ -70,11 +83,7 @@ class Scrubber:
             return
         forms = _forms(value) | _forms(unquote(value))
         forms |= {f for f in _b64_forms(value.encode()) if len(f) >= 8}
-        with self._lock:
-            new = {f for f in forms if len(f) >= MIN_SECRET} - self._values
-            if new:
-                self._values |= new
-                self._pattern = None
+        self._register(forms)
 
     def add_userinfo(self, user: str, password: str | None) -> None:
         """Register URL credentials: each part, and `user:password` as a Basic header sends it."""
@@ -88,9 +97,7 @@ class Scrubber:
                     raw = pair.encode(enc)
                 except UnicodeEncodeError:
                     continue
-                with self._lock:
-                    self._values |= _b64_forms(raw)
-                    self._pattern = None
+                self._register(_b64_forms(raw))
 
     def add_url(self, url: str) -> None:
         """Register the credentials a URL carries: userinfo and credential-like query values."""
@@ -111,9 +118,17 @@ class Scrubber:
             if value and CREDENTIAL_PARAM.match(unquote(name)):
                 self.add(value)
 
+    @property
+    def longest(self) -> int:
+        """Length of the longest registered form (0 when none): how far a secret cut at the end of
+        a text can reach back into it."""
+        with self._lock:
+            return max((len(v) for v in self._values), default=0)
+
     def clear(self) -> None:
         with self._lock:
             self._values.clear()
+            self._grams = frozenset()
             self._pattern = None
 
     def _compiled(self) -> re.Pattern[str] | None:
@@ -133,9 +148,36 @@ class Scrubber:
         pattern = self._compiled()
         if pattern is not None:
             text = pattern.sub(MASK, text)
+            text = self._mask_fragments(text)
         text = _USERINFO.sub(lambda m: f"{m.group(1)}{MASK}@", text)
         text = _QUERY_CRED.sub(lambda m: f"{m.group(1)}{MASK}", text)
         return _AUTH_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
+
+    def _mask_fragments(self, text: str) -> str:
+        """Mask every run of text covered by FRAGMENT-long pieces of registered secrets."""
+        grams = self._grams
+        if len(text) < FRAGMENT or not grams:
+            return text
+        spans: list[list[int]] = []
+        for i in range(len(text) - FRAGMENT + 1):
+            if text[i : i + FRAGMENT] in grams:
+                if spans and i <= spans[-1][1]:
+                    spans[-1][1] = i + FRAGMENT
+                else:
+                    spans.append([i, i + FRAGMENT])
+        if not spans:
+            return text
+        out, at = [], 0
+        for start, end in spans:
+            out += [text[at:start], MASK]
+            at = end
+        out.append(text[at:])
+        return "".join(out)
+
+    def clip(self, text: Any, limit: int) -> str:
+        """`text` scrubbed, then cut to `limit` characters (never the other way round: a secret
+        cut in half before scrubbing would no longer be recognised)."""
+        return str(self.scrub(str(text)))[:limit]
 
     def scrub_obj(self, obj: Any) -> Any:
         """A copy of plain data (dicts, lists, tuples, strings) with every string scrubbed,
@@ -166,6 +208,11 @@ def scrub(text: Any) -> Any:
 
 def scrub_obj(obj: Any) -> Any:
     return SECRETS.scrub_obj(obj)
+
+
+def clip(text: Any, limit: int) -> str:
+    """Scrub, then cut to `limit` characters (module-level scrubber)."""
+    return SECRETS.clip(text, limit)
 
 
 class ScrubbingStream:

@@ -4,13 +4,18 @@
 (victims/http/pyfunc.py) answer with, so the two endpoints behave the same. Defenses are applied
 server side: top-k, output noise, rounding, explanation noise; `output: label` is label-only.
 
-Noise is keyed by the query: each row's noise is a hash of its bytes and a server secret (the
-scenario seed), so the same query always gets the same answer. Averaging repeated queries then
-removes nothing, and scans of an unchanged endpoint are reproducible.
+Noise is keyed by the query: each row's noise is a hash of its bytes and a server secret, so the
+same query always gets the same answer and averaging repeated queries removes nothing. The secret
+(`salt`) is drawn from the operating system's randomness when the server starts — never from the
+scenario's seed, which is public (shipped scenarios use 0; it is in every report) and would let
+anyone compute the noise and subtract it exactly. A restarted server draws a new secret. (The
+attack-side simulation of output noise, harness/oracle.py, keeps its own seeded stream: there the
+attacker never sees the generator.)
 """
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +36,11 @@ class RequestError(Exception):
         self.status = status
         self.code = code
         self.message = message
+
+
+def server_secret() -> int:
+    """A fresh 62-bit secret from the OS's randomness (room for the +1 / +2 stream offsets)."""
+    return secrets.randbits(62)
 
 
 def _mix(z: np.ndarray) -> np.ndarray:
@@ -94,7 +104,7 @@ class ServedModel:
     backend: LocalBackend
     meta: dict[str, Any]  # scenario, input_dim, n_outputs, n_classes, task, interface, output
     defenses: ServedDefenses = field(default_factory=ServedDefenses)
-    salt: int = 0
+    salt: int = field(default_factory=lambda: server_secret(), repr=False)  # keys the noise
 
     @property
     def explain_kinds(self) -> tuple[str, ...]:
@@ -164,7 +174,7 @@ def served_from_victim(s: Any, victim: Any) -> ServedModel:
         "n_classes": info.n_classes, "task": info.task, "interface": s.interface.kind,
         "output": s.interface.output,
     }
-    return ServedModel(victim.backend, meta, ServedDefenses.from_spec(s.defenses), salt=s.seed)
+    return ServedModel(victim.backend, meta, ServedDefenses.from_spec(s.defenses))  # a fresh secret
 
 
 def build_served(s: Any) -> tuple[ServedModel, Any]:

@@ -7,9 +7,11 @@ and uvicorn.
 
 Defenses are applied server side (victims/http/served.py). Authentication: `Authorization: Bearer
 KEY` or `X-API-Key: KEY`; any other Authorization scheme is refused (401). With `keys`, only those
-keys are accepted (compared in constant time), else requests without a key share the key
-"anonymous". A query budget is kept per key; a request that would overrun it is refused with 429
-and error code RESOURCE_EXHAUSTED before anything is computed. Errors are MLflow-style JSON
+keys are accepted (compared in constant time) and the query budget is kept per key. Without keys
+(an open server), a key a client makes up proves nothing: every caller shares one budget, whatever
+key it sends. Either way the table of budgets holds at most one entry per known key. A request
+that would overrun its budget is refused with 429 and error code RESOURCE_EXHAUSTED before
+anything is computed. Errors are MLflow-style JSON
 {"error_code": ..., "message": ...}; they never echo headers or query strings. Keys are never
 logged.
 
@@ -22,7 +24,6 @@ Content-Length a 400 (from h11), never a 500.
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import json
 import socket
@@ -32,29 +33,42 @@ from typing import Any
 import numpy as np
 from fastapi import Request  # at module level: FastAPI resolves the handlers' annotations here
 
-from victims.http.guard import ServerLimits, guarded_protocol
+from victims.http.guard import ByteBudget, ServerLimits, guarded_protocol
 from victims.http.served import RequestError, ServedModel
 
 __all__ = ["KeyBudgets", "ServerLimits", "VictimServer", "make_app"]
 
 
-class KeyBudgets:
-    """Queries used per API key against one budget each (None = unlimited)."""
+OPEN = "*"  # the one budget every caller of an open server (no API keys) shares
 
-    def __init__(self, budget: int | None):
+
+class KeyBudgets:
+    """Queries used against one budget per known API key, or one budget for every caller of an
+    open server (`keys` None: a made-up key must not buy a fresh budget). None = unlimited. The
+    table holds at most one entry per known key (one on an open server)."""
+
+    def __init__(self, budget: int | None, keys: set[str] | None = None):
         self.budget = budget
+        self.keys = keys
         self.used: dict[str, int] = {}
         self._lock = threading.Lock()
 
+    @property
+    def scope(self) -> str:
+        return "per API key" if self.keys is not None else "shared by every caller (no API keys)"
+
     def charge(self, key: str, n: int) -> None:
-        """Record n queries for `key`, or raise RequestError(429) without recording any."""
+        """Record n queries for `key` (an open server: for everyone), or raise RequestError(429)
+        without recording any."""
+        bucket = key if self.keys is not None and key in self.keys else OPEN
         with self._lock:
-            used = self.used.get(key, 0)
+            used = self.used.get(bucket, 0)
             if self.budget is not None and used + n > self.budget:
+                whose = "this API key" if bucket != OPEN else "this server (shared by every caller)"
                 raise RequestError(429, "RESOURCE_EXHAUSTED",
-                                   f"query budget exhausted for this API key: {n} requested, "
+                                   f"query budget exhausted for {whose}: {n} requested, "
                                    f"{self.budget - used} of {self.budget} left")
-            self.used[key] = used + n
+            self.used[bucket] = used + n
 
 
 def _version() -> str:
@@ -124,7 +138,7 @@ def make_app(served: ServedModel, budgets: KeyBudgets, keys: set[str] | None,
     from starlette.exceptions import HTTPException
 
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
-    readers = asyncio.Semaphore(limits.max_readers)
+    buffered = ByteBudget(limits.body_bytes)
     workers = anyio.CapacityLimiter(limits.max_inflight)
 
     def error(exc: RequestError) -> Response:
@@ -139,28 +153,36 @@ def make_app(served: ServedModel, budgets: KeyBudgets, keys: set[str] | None,
             log(f"{host} {request.method} {request.url.path} {status}")
 
     async def read_body(request: Request) -> bytes:
+        """The body, buffered against the server's byte budget as it arrives (a slow sender holds
+        only what it sent); 413 over max_body, 503 when no room frees within queue_timeout_s. The
+        whole request is bounded in time by the connection's deadline (victims/http/guard.py)."""
         length = request.headers.get("content-length")
         if length is not None and int(length) > limits.max_body:  # h11 checked it is a number
             raise RequestError(413, "REQUEST_TOO_LARGE", f"the body is over {limits.max_body} bytes")
+        chunks, size = [], 0
         try:
-            await asyncio.wait_for(readers.acquire(), limits.queue_timeout_s)
-        except TimeoutError:
-            raise RequestError(503, "TEMPORARILY_UNAVAILABLE", "too many requests in flight") from None
-        try:
-            chunks, size = [], 0
             async for chunk in request.stream():
-                size += len(chunk)
-                if size > limits.max_body:
+                if size + len(chunk) > limits.max_body:
                     raise RequestError(413, "REQUEST_TOO_LARGE", f"the body is over {limits.max_body} bytes")
+                try:
+                    await buffered.take(len(chunk), limits.queue_timeout_s)
+                except TimeoutError:
+                    raise RequestError(503, "TEMPORARILY_UNAVAILABLE", "too many request bodies in "
+                                       "flight") from None
+                size += len(chunk)
                 chunks.append(chunk)
             return b"".join(chunks)
         finally:
-            readers.release()
+            await buffered.give(size)
 
     def answer(raw: bytes, key: str) -> list:
         x, explain = parse_request(raw, served)
         budgets.charge(key, len(x))
-        return served.answer(x, explain).tolist()
+        y = served.answer(x, explain)
+        if not np.isfinite(y).all():  # e.g. inputs of ±1e308 overflow the model
+            raise RequestError(422, "UNPROCESSABLE_INPUT", "the answer for these inputs is not finite "
+                               "(inputs too large for the model?)")
+        return y.tolist()
 
     @app.post("/invocations")
     async def invocations(request: Request) -> Response:
@@ -173,6 +195,10 @@ def make_app(served: ServedModel, budgets: KeyBudgets, keys: set[str] | None,
             response: Response = JSONResponse({"predictions": out})
         except RequestError as exc:
             response = error(exc)
+        except Exception as exc:  # noqa: BLE001 - a server bug: one line, a 500, no traceback
+            if log is not None:
+                log(f"internal error: {type(exc).__name__}")
+            response = error(RequestError(500, "INTERNAL_ERROR", type(exc).__name__))
         access(request, response.status_code)
         return response
 
@@ -184,7 +210,7 @@ def make_app(served: ServedModel, budgets: KeyBudgets, keys: set[str] | None,
     @app.get("/version")
     async def version() -> Response:
         return JSONResponse({"leakmeter": _version(), **served.meta, "defenses": served.defenses.active(),
-                             "query_budget_per_key": budgets.budget})
+                             "query_budget": budgets.budget, "query_budget_scope": budgets.scope})
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> Response:
@@ -210,9 +236,11 @@ class VictimServer:
         import uvicorn
 
         self.limits = limits or ServerLimits()
-        self.budgets = KeyBudgets(budget)
+        self.budgets = KeyBudgets(budget, keys)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.sock = socket.socket(family, socket.SOCK_STREAM)
+        # proto IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets that say they are TCP; with
+        # proto 0 a keep-alive answer waited ~40 ms for the client's delayed ACK (Nagle)
+        self.sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             self.sock.bind((host, port))  # OSError here: the caller says which port

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from victims.errors import BadInput
+from victims.limits import READ_AT_CHECK, check_model_archive
 from victims.models.builders import build_model
 
 FORMATS = ("auto", "state_dict", "safetensors", "onnx", "torchscript")
@@ -86,6 +87,7 @@ def resolve_format(spec: Any) -> str:
     if not path.is_file():
         raise BadInput(f"victim.model.path: {path} not found")
     found = sniff(path)
+    check_model_archive(path)  # declared sizes, before anything is read (victims/limits.py)
     fmt = spec.format
     if fmt == "torchscript":
         if not model_code_allowed():
@@ -132,22 +134,98 @@ def load_model_file(spec: Any, input_shape: tuple[int, ...], n_outputs: int) -> 
             raise BadInput(f"victim.model.path: {path} is not a loadable TorchScript file "
                            f"({type(exc).__name__})") from None
     if fmt == "onnx":
-        return OnnxModel(path, input_shape)
+        return OnnxModel(path, input_shape, n_outputs)
     state = read_tensors(path, fmt)
     model = build_model(spec.spec, input_shape, n_outputs)
     floats = [v.dtype for v in state.values() if torch.is_tensor(v) and v.is_floating_point()]
     if floats:
         model = model.to(floats[0])  # keep the file's precision: no float64 → float32 round trip
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as exc:
-        first = str(exc).splitlines()[0]
-        raise BadInput(f"victim.model.spec: does not match {path}: {first}") from None
+    _load_into(model, state, path)
     return model
 
 
-def read_tensors(path: Path, fmt: str) -> dict[str, torch.Tensor]:
-    """A dict of tensors from a state_dict (restricted unpickler) or safetensors file."""
+def check_model_file(spec: Any, input_shape: tuple[int, ...], n_outputs: int) -> nn.Module:
+    """What `load_model_file` would refuse, checked without running code: the format, the weights
+    against `spec` (keys and shapes) and their finiteness. A file declaring more than READ_AT_CHECK
+    is mapped, not read (shapes only: its values are checked when the run loads it); TorchScript
+    is not loaded (loading runs its code). Returns the model (meta-device weights when mapped)."""
+    path = Path(spec.path)
+    fmt = resolve_format(spec)
+    if fmt == "torchscript":
+        return nn.Module()
+    if fmt == "onnx":
+        return OnnxModel(path, input_shape)
+    big = check_model_archive(path) > READ_AT_CHECK
+    if fmt == "safetensors" and big:
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as f:
+            state = {k: torch.empty(f.get_slice(k).get_shape(), device="meta") for k in f.keys()}
+    else:
+        state = read_tensors(path, fmt, mmap=big)
+    model = build_model(spec.spec, input_shape, n_outputs)
+    _load_into(model, state, path, assign=big)
+    return model
+
+
+def _load_into(model: nn.Module, state: dict[str, torch.Tensor], path: Path, assign: bool = False) -> None:
+    """Load `state` into `model` (by position when only the key names differ); BadInput with the
+    whole cause, in the user's terms, when it does not fit the spec."""
+    state = _by_position(state, model)
+    try:
+        model.load_state_dict(state, assign=assign)
+    except RuntimeError as exc:
+        whole = " ".join(str(exc).split())
+        raise BadInput(f"victim.model.spec: does not match {path}: {_cause(state, model)}({whole})") from None
+
+
+def _by_position(state: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
+    """The file's tensors under the model's key names when only the names differ (e.g. a class
+    with fc1/fc2 for our Sequential 0/2): same count, same shapes, in the same order."""
+    want = model.state_dict()
+    if set(state) == set(want) or len(state) != len(want):
+        return state
+    if all(tuple(a.shape) == tuple(b.shape) for a, b in zip(state.values(), want.values(), strict=True)):
+        return dict(zip(want, state.values(), strict=True))
+    return state
+
+
+def _cause(state: dict[str, torch.Tensor], model: nn.Module) -> str:
+    """What differs between the file and the spec, in the user's terms (empty when unclear)."""
+    mats = [v for v in state.values() if getattr(v, "ndim", 0) == 2]
+    ours = [v for v in model.state_dict().values() if getattr(v, "ndim", 0) == 2]
+    if not mats or not ours:
+        return ""
+    file_w = [int(mats[0].shape[1])] + [int(m.shape[0]) for m in mats]
+    spec_w = [int(ours[0].shape[1])] + [int(m.shape[0]) for m in ours]
+    said = f"the file's layer widths are {file_w}, the spec builds {spec_w}"
+    if file_w[:-1] == spec_w[:-1] and file_w[-1] == 2 and spec_w[-1] == 1:
+        return (f"{said}: the file's model has 2 outputs, and a binary task means one output (one "
+                "logit) to leakmeter; for a model with one output per class set victim.data.task: "
+                "multiclass (2 classes) ")
+    if file_w[-1] != spec_w[-1]:
+        return (f"{said}: the last layer's width is the task's output count (multiclass: one per class; "
+                "binary and regression: 1); check victim.data.task and classes ")
+    if file_w[0] != spec_w[0]:
+        return f"{said}: the first width is the data's input dimension; check victim.data "
+    return f"{said}: set victim.model.spec.hidden to {file_w[1:-1]} "
+
+
+def read_tensors(path: Path, fmt: str, mmap: bool = False) -> dict[str, torch.Tensor]:
+    """A dict of tensors from a state_dict (restricted unpickler) or safetensors file; BadInput
+    when a floating-point tensor holds NaN or infinite values (no attack or scorer can use them).
+    `mmap`: map the data instead of reading it (shapes only; values are not checked)."""
+    state = _read_tensors(path, fmt, mmap)
+    if not mmap:
+        for name, t in state.items():
+            if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                bad = int((~torch.isfinite(t)).sum())
+                raise BadInput(f"victim.model.path: {path}: tensor {name!r} holds {bad} NaN or infinite "
+                               "value(s); allowed: finite weights")
+    return state
+
+
+def _read_tensors(path: Path, fmt: str, mmap: bool) -> dict[str, torch.Tensor]:
     if fmt == "safetensors":
         from safetensors import SafetensorError
         from safetensors.torch import load_file
@@ -160,7 +238,7 @@ def read_tensors(path: Path, fmt: str) -> dict[str, torch.Tensor]:
     try:
         with warnings.catch_warnings():  # torch warns about pickle protocols: our one line says it all
             warnings.simplefilter("ignore")
-            state = torch.load(str(path), map_location="cpu", weights_only=True)
+            state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as exc:  # noqa: BLE001 - e.g. UnpicklingError on a pickled object
         raise BadInput(f"victim.model.path: {path} is not a weights-only state_dict: it holds "
                        f"something other than tensors ({type(exc).__name__}); nothing was run") from None
@@ -178,7 +256,7 @@ class OnnxModel(nn.Module):
 
     predictions_only = True
 
-    def __init__(self, path: Path, input_shape: tuple[int, ...]):
+    def __init__(self, path: Path, input_shape: tuple[int, ...], n_outputs: int | None = None):
         super().__init__()
         import numpy as np
         import onnxruntime as ort
@@ -200,6 +278,12 @@ class OnnxModel(nn.Module):
         if inputs[0].type not in kinds:
             raise BadInput(f"victim.model.path: {path} takes {inputs[0].type}; allowed: "
                            "tensor(float), tensor(double)")
+        width = (self._session.get_outputs()[0].shape or [None])[-1]
+        if n_outputs is not None and isinstance(width, int) and width != n_outputs:
+            two = (" (a model with 2 outputs for 2 classes is victim.data.task: multiclass; binary "
+                   "means one output, a logit)" if width == 2 and n_outputs == 1 else "")
+            raise BadInput(f"victim.data.task: {path} answers {width} outputs per row, the task needs "
+                           f"{n_outputs}{two}")
         self._input = inputs[0].name
         self._np_dtype, dtype = kinds[inputs[0].type]
         rank = len(inputs[0].shape or [])

@@ -58,11 +58,13 @@ def l2_penalty(model: nn.Module, wd: float) -> torch.Tensor | float:
 
 
 def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: str, spec: Any,
-          dp_spec: Any | None, seed: int) -> TrainRecord:
-    """Train `model` in place on (x, y); returns the record."""
+          dp_spec: Any | None, seed: int, bar: str | None = "training victim") -> TrainRecord:
+    """Train `model` in place on (x, y); returns the record. `bar`: the progress bar's label, or
+    None for none (the attacker's reference and shadow models: their attack says it trains them)."""
     crit = loss_fn(task)
+    hide = bar is None or progress_disabled()
     if dp_spec is not None:
-        return _train_dp(model, x, y, crit, spec, dp_spec, seed)
+        return _train_dp(model, x, y, crit, spec, dp_spec, seed, bar, hide)
     if spec.optimizer == "lbfgs":
         return _train_lbfgs(model, x, y, crit, spec)
     opt = _optimizer(model, spec)
@@ -72,8 +74,7 @@ def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: str, spec: A
     model.train()
     if full_batch:
         steps = spec.steps if spec.steps is not None else spec.epochs
-        bar = tqdm(range(steps), desc="training victim (full batch)", disable=progress_disabled())
-        for _ in bar:
+        for _ in tqdm(range(steps), desc=f"{bar} (full batch)", disable=hide, leave=False):
             opt.zero_grad()
             loss = crit(model(x), y) + l2_penalty(model, spec.weight_decay)
             loss.backward()
@@ -82,8 +83,7 @@ def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: str, spec: A
         rec.steps = steps
     else:
         n, bs = len(x), spec.batch_size
-        bar = tqdm(range(spec.epochs), desc="training victim", disable=progress_disabled())
-        for _ in bar:
+        for _ in tqdm(range(spec.epochs), desc=bar, disable=hide, leave=False):
             perm = torch.randperm(n, generator=gen).to(x.device)
             for i in range(0, n, bs):
                 idx = perm[i : i + bs]
@@ -163,7 +163,7 @@ def _train_lbfgs(model, x, y, crit, spec) -> TrainRecord:
                        notes=[f"L-BFGS stopped with gradient norm {gnorm:.3e}"])
 
 
-def _train_dp(model, x, y, crit, spec, dp_spec, seed) -> TrainRecord:
+def _train_dp(model, x, y, crit, spec, dp_spec, seed, bar, hide) -> TrainRecord:
     """DP-SGD via Opacus with Poisson sampling; expected batch = batch_size (or all of x)."""
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -176,8 +176,7 @@ def _train_dp(model, x, y, crit, spec, dp_spec, seed) -> TrainRecord:
     pmodel, popt, ploader = priv.wrap(model, opt, loader, crit)
     pmodel.train()
     rec = TrainRecord()
-    bar = tqdm(range(epochs), desc="training victim (DP-SGD)", disable=progress_disabled())
-    for _ in bar:
+    for _ in tqdm(range(epochs), desc=f"{bar} (DP-SGD)", disable=hide, leave=False):
         for xb, yb in ploader:
             if len(xb) == 0:
                 continue

@@ -160,6 +160,10 @@ def extract(oracle, ctx, p, search: str) -> Artifact:
                     reach = (100 * max(tol, 1e-9) * at.norm(dim=1)).clamp(1e-3, 1.0)
                     b = relocate_offsets(oracle, n, b, reach)
             state.add(n, b, w, fine)
+            if len(state.n) > p.max_units:  # smooth outputs (tanh, sigmoid) bend everywhere
+                raise AssumptionViolated(
+                    f"more than {p.max_units} distinct hyperplanes after {state.lines} line(s): the "
+                    "outputs are not those of a one-hidden-layer ReLU network")
             if not len(state.n):
                 state.start = None
                 continue

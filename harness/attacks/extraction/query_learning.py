@@ -131,6 +131,10 @@ class QueryLearning(Attack):
     def run(self, oracle, p: QueryLearningParams, ctx) -> Artifact:
         d, dev = oracle.info.dim, oracle.device
         cap = p.max_queries if p.max_queries is not None else oracle.remaining
+        # what ends it when the queries run out: the deployment's budget, or its own max_queries
+        # (a cap, not a defense)
+        out = "cap" if p.max_queries is not None and (
+            oracle.remaining is None or p.max_queries < oracle.remaining) else "budget"
         intervals, span = p.intervals or 200, p.span or 50.0
         per_line = (intervals + 1) + intervals * (d + 1)
 
@@ -139,7 +143,7 @@ class QueryLearning(Attack):
 
         if not room(per_line + 32 + 2 * d):
             raise AssumptionViolated(f"one line of {intervals} intervals needs {per_line} queries; "
-                                     f"{cap} are available (lower intervals)", stopped_by="budget")
+                                     f"{cap} are available (lower intervals)", stopped_by=out)
         noise = estimate_noise(oracle, ctx.gen)
         target = max(p.exact_loss, 100 * noise.rel**2)  # what the answers' own noise leaves
         ws, bs, notes, fit = [], [], [f"{noise.describe()}"], _Fit.empty(d, dev)
@@ -159,19 +163,20 @@ class QueryLearning(Attack):
                 if not ws:
                     break
                 before = fit.units
-                fit = self._fit(oracle, ws, bs, p, ctx, fit, room)
+                fit = self._fit(oracle, ws, bs, p, ctx, fit, room, out)
                 if fit.stopped:
-                    stopped, reason = "budget", fit.stopped
+                    stopped, reason = out, fit.stopped
                     break
                 idle = idle + 1 if fit.units <= before else 0
                 if fit.loss <= target or lines >= p.max_lines or idle >= 2 or not room(per_line + 2 * d):
                     break
                 want = lines + 1  # the fit misses fresh answers: a unit was lost, search on
         except rl.OutOfBudget:
-            stopped, reason = "budget", "budget ran out during the line search"
+            what = "query budget" if out == "budget" else "max_queries"
+            stopped, reason = out, f"the {what} ran out during the line search"
         if fit.net is None:
             raise AssumptionViolated(f"the budget ({cap}) ran out before one line of {intervals} "
-                                     "intervals was searched and fitted", stopped_by="budget")
+                                     "intervals was searched and fitted", stopped_by=out)
         if lines > p.lines:
             notes.append(f"{lines - p.lines} more line(s): the fit missed fresh answers")
         if stopped is None and not fit.loss <= target:
@@ -205,7 +210,7 @@ class QueryLearning(Attack):
         return alpha, prec
 
     @staticmethod
-    def _fit(oracle, ws, bs, p: QueryLearningParams, ctx, last: _Fit, room) -> _Fit:
+    def _fit(oracle, ws, bs, p: QueryLearningParams, ctx, last: _Fit, room, out: str = "budget") -> _Fit:
         """Alg. 4 on the candidates so far (near-duplicates merged): least squares over Gaussian
         queries (the earlier fits' and checks' answers reused), then the attacker's own check,
         the normalised loss on 32 fresh queries."""
@@ -220,8 +225,8 @@ class QueryLearning(Attack):
             need = max(oracle.affordable(need + 32) - 32, 0)
             stopped = f"budget left {need + len(last.x)} regression queries for {n_feat} features"
             if need + len(last.x) < 2:
-                raise AssumptionViolated("no budget left for the regression (Alg. 4)",
-                                         stopped_by="budget")
+                raise AssumptionViolated("no queries left for the regression (Alg. 4)",
+                                         stopped_by=out)
         x_new = torch.randn(need, d, generator=ctx.gen, dtype=torch.float64).to(dev)
         x, y = _joined(last.x, last.y, x_new, rl.ask(oracle, x_new))
         ok = ~y.isnan().any(1)

@@ -27,7 +27,9 @@ class OutOfBudget(Exception):
 def ask(oracle, x: torch.Tensor, what: str = "predict") -> torch.Tensor:
     """One batched oracle call; OutOfBudget instead of a partial answer."""
     if len(x) == 0:
-        k = oracle.info.dim if what == "explain" else max(1, oracle.info.n_outputs)
+        # as wide as an answer would be (two-class probabilities give one signal, l₁ − l₀)
+        k = (oracle.info.dim if what == "explain" else
+             1 if output_space(oracle) == "difference" else max(1, oracle.info.n_outputs))
         return torch.zeros(0, k, dtype=torch.float64, device=oracle.device)
     if oracle.affordable(len(x)) < len(x):
         raise OutOfBudget(f"{len(x)} more queries needed, {oracle.remaining} left")
@@ -43,9 +45,11 @@ def ask(oracle, x: torch.Tensor, what: str = "predict") -> torch.Tensor:
 
 
 def output_space(oracle) -> str:
-    """`raw` when predict reveals the raw outputs, `centered` when only logits − their mean."""
+    """What the extracted outputs are (harness/scoring/model.py `in_space`): `raw` when predict
+    reveals the raw outputs; from probabilities only logits up to a constant: `centered` (K ≥ 3:
+    logits − their mean) or `difference` (two classes: the one signal l₁ − l₀)."""
     if oracle.output == "probabilities" and oracle.info.n_outputs > 1:
-        return "centered"
+        return "difference" if oracle.info.n_outputs == 2 else "centered"
     return "raw"
 
 
@@ -184,6 +188,11 @@ def bisect_values(oracle, line: Line, grid: torch.Tensor, w_min: float, noise,
     k = Kinks(*cols, rounds=rounds, complete=complete)
     order = torch.argsort(k.tl)
     k.tl, k.tr, k.left, k.right = k.tl[order], k.tr[order], k.left[order], k.right[order]
+    touching = float((k.tr[:-1] >= k.tl[1:]).double().mean()) if len(k.tl) > 1 else 0.0
+    if len(k.tl) >= 16 and touching > 0.5:
+        raise AssumptionViolated(
+            f"the outputs bend everywhere along the line ({len(k.tl)} bent intervals, {touching:.0%} "
+            "touching the next): a smooth activation, not a piecewise-linear ReLU network")
     return k
 
 

@@ -106,9 +106,10 @@ def scores_artifact(scores: torch.Tensor, n_eval: int, ctx, metrics: dict[str, f
 
 
 def judge_membership(m: dict[str, float]) -> tuple[str, str]:
-    """Risk from the scored ROC measures (see the module docstring)."""
+    """Risk from the scored ROC measures (see the module docstring); the reason states only
+    what the numbers show."""
     if "auc" not in m:
-        return "medium", "membership scores made; no truth to score them"
+        return None, "membership scores made; no truth to score them (not verified)"
     n0 = int(m["nonmembers"])
     t1 = m["tpr_at_fpr_0.01"]
     t01 = m["tpr_at_fpr_0.001"]
@@ -116,9 +117,14 @@ def judge_membership(m: dict[str, float]) -> tuple[str, str]:
     facts = (f"AUC {m['auc']:.3f}, TPR {t1:.3f} at 1% FPR, {t01:.4f} at 0.1% FPR{floor}; "
              f"likelihood ratio ≥ {m['lr_low']:.1f} at 95%")
     tpr_low = max(m["tpr_at_fpr_0.01_tpr_low"], m["tpr_at_fpr_0.001_tpr_low"])
+    p = m["mannwhitney_p"]
     if m["lr_low"] >= HIGH_RATIO and tpr_low >= HIGH_TPR:
         return "high", f"members identifiable at low FPR: {facts}"
-    if m["mannwhitney_p"] < MEDIUM_P or m["lr_low"] > 1.0:
-        p = m["mannwhitney_p"]
-        return "medium", f"members distinguishable beyond chance (Mann–Whitney p {p:.2g}): {facts}"
-    return "low", f"no membership leakage shown: {facts}"
+    if p < MEDIUM_P:
+        return "medium", (f"members score higher than non-members beyond chance (one-sided "
+                          f"Mann–Whitney p {p:.2g}), without confident identification: {facts}")
+    if m["lr_low"] > 1.0:
+        return "medium", (f"at low FPR members are flagged more often than non-members (95% lower "
+                          f"bound on the likelihood ratio {m['lr_low']:.2f} > 1), though the overall "
+                          f"score difference is not significant (Mann–Whitney p {p:.2g}): {facts}")
+    return "low", f"no membership leakage shown (Mann–Whitney p {p:.2g}): {facts}"

@@ -20,11 +20,14 @@ Beside `epsilon_lower` the report gives δ (`audit_delta`: the claim's, else the
 samples: ε_lower ≪ ε_perfect reads "private", a small ε_perfect reads "too few samples to tell"),
 the accountant's ε and the claimed one.
 
-Risk levels: high — `epsilon_lower` exceeds the claimed ε (`victim.claimed_privacy`), else the
-accountant's (the canary run's own for the one-run audit): "DP claim violated"; or, with no DP
-claim at all, ε_lower ≥ 1 (membership odds of e:1 proven at 95%). medium — no claim and
-ε_lower > 0. low — the claim stands (or ε_lower = 0); the reason says whether the audit could
-have caught a violation at all (ε_perfect vs the claim).
+Risk levels, where privacy is claimed (`victim.claimed_privacy`) or the victim trains with DP:
+high — `epsilon_lower` exceeds the claimed ε, else the accountant's (the canary run's own for the
+one-run audit): "DP claim violated"; low — the claim stands, and the reason says whether the
+audit could have caught a violation at all (ε_perfect vs the claim). Where nothing is claimed,
+the audit judges the deployment it is given: the deployed model's own members and non-members on
+the membership family's scale (`judge_membership`, the same judge as mia_*), with the ε bounds
+beside it; the one-run audit retrains the *recipe* with canaries, so it is reported as the
+recipe's and decides nothing there.
 """
 
 from __future__ import annotations
@@ -38,12 +41,12 @@ from harness.attacker.signals import phi_from_api, phi_from_logits
 from harness.attacker.stacked_training import stackable, train_stacked
 from harness.attacks import register, registry
 from harness.attacks.base import Artifact, Attack, Params
-from harness.attacks.membership.common import knowledge, needs_scores
+from harness.attacks.membership.common import judge_membership, knowledge, needs_scores
 from harness.attacks.membership.mia_lira import lira_offline
+from harness.errors import AttackStopped
 from harness.scoring.audit import threshold_grid
 
 DEFAULT_DELTA = 1e-5
-HIGH_EPS = 1.0
 
 
 class AuditParams(Params):
@@ -100,10 +103,15 @@ class DpAudit(Attack):
             notes += [f"threshold audit: {name} scores on {len(inner.data['scores'])} evaluation points"]
             notes += inner.notes
         metrics = {"epsilon_claimed": float(claim.epsilon) if claim is not None else float("nan")}
+        cut: AttackStopped | None = None
         if params.one_run and kn.trained_here:
-            cs, grid, cnotes = self._one_run(oracle, kn, params, ctx)
-            data.update(canary_scores=cs, guess_grid=grid)
-            notes += cnotes
+            try:
+                cs, grid, cnotes = self._one_run(oracle, kn, params, ctx)
+                data.update(canary_scores=cs, guess_grid=grid)
+                notes += cnotes
+            except AttackStopped as exc:  # the threshold audit already scored stays the artifact
+                cut = exc
+                notes.append(f"one-run audit not done: {exc}")
         elif params.one_run:
             notes.append("one-run audit skipped: the victim is not trained by leakmeter")
         if claim is None:
@@ -112,6 +120,8 @@ class DpAudit(Attack):
         partial = next((a for a in runs.values() if a.stopped_by is not None), None)
         if partial is not None:
             art.reason, art.stopped_by = partial.reason, partial.stopped_by
+        elif cut is not None:
+            art.reason, art.stopped_by = f"one-run audit not done: {cut}", cut.stopped_by
         return art
 
     @staticmethod
@@ -156,9 +166,8 @@ class DpAudit(Attack):
 
     def judge(self, m, artifact):
         if "epsilon_lower" not in m:
-            return "medium", "audit outcomes made; no truth to score them"
+            return None, "audit outcomes made; no truth to score them (not verified)"
         lo, perfect, delta = m["epsilon_lower"], m["epsilon_perfect"], m["audit_delta"]
-        facts = f"ε ≥ {lo:.3g} at 95% (δ = {delta:g}; a perfect attack could show ε ≥ {perfect:.3g})"
         checks = []
         if "epsilon_claimed" in m:
             checks.append(("claimed", m["epsilon_claimed"], lo))
@@ -168,17 +177,29 @@ class DpAudit(Attack):
             if "epsilon_accounted_canary_run" in m and "epsilon_lower_one_run" in m:
                 checks.append(("accounted (canary run)", m["epsilon_accounted_canary_run"],
                                m["epsilon_lower_one_run"]))
+        if not checks:  # no privacy claimed: the deployed model's own members decide
+            return judge_deployment(m)
+        facts = f"ε ≥ {lo:.3g} at 95% (δ = {delta:g}; a perfect attack could show ε ≥ {perfect:.3g})"
         for kind, eps, shown in checks:
             if shown > eps:
                 return "high", f"DP claim violated: {facts} > {kind} ε = {eps:.3g}"
-        if checks:
-            kind, eps, _ = checks[0]
-            if perfect <= eps:  # no outcome of this audit could have shown a violation
-                return "low", (f"little membership leakage shown, {facts}; the {kind} ε = {eps:.3g} "
-                               "itself is untested: too few samples (raise canaries or max_members)")
-            return "low", f"the {kind} ε = {eps:.3g} stands: {facts}"
-        if lo >= HIGH_EPS:
-            return "high", f"no DP claim, and membership leaks: {facts}"
-        if lo > 0:
-            return "medium", f"no DP claim; measurable membership leakage: {facts}"
-        return "low", f"no DP claim; no leakage shown: {facts}"
+        kind, eps, _ = checks[0]
+        if perfect <= eps:  # no outcome of this audit could have shown a violation
+            return "low", (f"little membership leakage shown, {facts}; the {kind} ε = {eps:.3g} "
+                           "itself is untested: too few samples (raise canaries or max_members)")
+        return "low", f"the {kind} ε = {eps:.3g} stands: {facts}"
+
+
+def judge_deployment(m: dict[str, float]) -> tuple[str, str]:
+    """Without a privacy claim: the deployed model's members against its non-members, judged on
+    the membership family's one scale (judge_membership); the ε bounds are reported beside it,
+    the one-run canary audit as the training recipe's (it retrains the recipe with canaries)."""
+    risk, why = judge_membership(m)
+    extra = []
+    if "epsilon_lower_threshold" in m:
+        extra.append(f"the deployed model's threshold audit shows ε ≥ "
+                     f"{m['epsilon_lower_threshold']:.3g} at 95%")
+    if "epsilon_lower_one_run" in m:
+        extra.append(f"the training recipe, retrained with {int(m.get('canaries', 0))} canaries, "
+                     f"shows ε ≥ {m['epsilon_lower_one_run']:.3g} (the recipe's, not this model's)")
+    return risk, f"no DP claim: {why}" + (f"; {'; '.join(extra)}" if extra else "")

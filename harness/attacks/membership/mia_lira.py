@@ -4,16 +4,23 @@
 For each evaluation point (x, y) the attacker models the target's logit-scaled confidence
 φ = log(p_y/(1 − p_y)) under two hypotheses with Gaussians fitted on reference models:
 - online: models trained WITH (x, y) (IN) and WITHOUT it (OUT): score = log N(φ; μ_in, σ_in²) −
-  log N(φ; μ_out, σ_out²). Reference models train on random halves of the evaluation set ∪ the
-  attacker's pool (the paper's design: each point IN for half of them), with the victim's
-  declared recipe, in one batched run (harness/attacker/reference_models.py);
+  log N(φ; μ_out, σ_out²);
 - offline: OUT models only, a one-sided test: score = (φ − μ_out)/σ_out (Sec. IV-C, Eq. 4).
-  Reference models train on random halves of the attacker's pool (every evaluation point OUT);
-  without a pool, the OUT models of the `halves` design.
-Variances: per point with ≥ 32 models per side, else one pooled (within-point) variance per side
-("fixed variance", Sec. VI-B: better with few models). `augment: shift` queries the target on
-the point and four 1-pixel shifts (images) and sums the per-augmentation log-likelihoods (the
-paper's mirror/shift augmentations, Sec. VI-C). Risk levels: harness/attacks/membership/common.py.
+Reference models follow the paper's layout (Sec. IV-B; harness/attacker/reference_models.py):
+each evaluation point IN for a random half of the models, drawn per point, every model trained on
+as many points as the victim with the victim's declared recipe, in batches. Online and offline
+read the same models (offline: each point's OUT models), as in the paper's comparison; with
+`offline_references: pool` the offline models train on the attacker's pool alone (every
+evaluation point OUT: an attacker who never trains on the evaluation points, a weaker one).
+Models that failed to train are dropped and counted (`references_dropped`).
+Variances, one rule for both sides: `per_example` (Sec. IV-B), `global` (one pooled within-point
+variance per side, "fixed variance", Sec. VI-B: better with few models), or `auto`: each point's
+variance shrunk toward the pooled one, σ²_i = (SS_i + ν₀·s²_pooled)/(df_i + ν₀) with ν₀ = 8 prior
+degrees of freedom (the moderated variance of Smyth 2004, empirical Bayes): close to per-point with
+many models, to the pooled one with few, and without the cliff of a switch when a model is dropped.
+`augment: shift` queries the target on the point and four 1-pixel shifts (images) and sums the
+per-augmentation log-likelihoods (the paper's mirror/shift augmentations, Sec. VI-C).
+Risk levels: harness/attacks/membership/common.py.
 """
 
 from __future__ import annotations
@@ -22,7 +29,13 @@ from typing import Literal
 
 import torch
 
-from harness.attacker.reference_models import SHIFTS, reference_phi, shared_reference_set
+from harness.attacker.reference_models import (
+    SHIFTS,
+    offline_design,
+    reference_phi,
+    shared_reference_set,
+    unscored,
+)
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
 from harness.attacks.membership.common import (
@@ -34,15 +47,16 @@ from harness.attacks.membership.common import (
     scores_artifact,
     target_phi,
 )
-from harness.errors import AttackSkipped
+from harness.errors import AssumptionViolated, AttackSkipped
 
-PER_POINT_MIN = 32  # models per side before per-point variances beat one pooled variance
+PRIOR_DF = 8.0  # `auto`: ν₀, the pooled variance's weight in degrees of freedom (measured: 4-16 alike)
 
 
 class LiraParams(Params):
     shadows: int = 16  # reference models (the paper: 16-256; 64 for the figures)
     mode: Literal["online", "offline", "both"] = "both"  # both: online scores, offline beside
     variance: Literal["auto", "global", "per_example"] = "auto"
+    offline_references: Literal["halves", "pool"] = "halves"  # see the module docstring
     augment: Literal["none", "shift"] = "none"
     max_members: int | None = None
     known_init: bool = False  # reference models start from the victim's initialisation
@@ -50,16 +64,21 @@ class LiraParams(Params):
 
 
 def gaussian_fit(phi: torch.Tensor, mask: torch.Tensor, variance: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-point means (n, A) and standard deviations of φ (K, n, A) over the models in mask (K, n)."""
+    """Per-point means (n, A) and standard deviations of φ (K, n, A) over the models in mask (K, n):
+    `per_example`, `global` (pooled within-point) or `auto` (shrunk toward the pooled, PRIOR_DF)."""
     w = mask.to(phi)[..., None]
     cnt = w.sum(0)
     mu = (w * phi).sum(0) / cnt.clamp_min(1)
     sq = (w * (phi - mu) ** 2).sum(0)
-    per = (sq / (cnt - 1).clamp_min(1)).sqrt()
-    pooled = (sq.sum(0) / (cnt - 1).clamp_min(0).sum(0).clamp_min(1)).sqrt()  # (A,)
-    use_per = variance == "per_example" or (variance == "auto" and int(cnt.min()) >= PER_POINT_MIN)
-    sd = per if use_per else pooled.expand_as(mu)
-    return mu, sd.clamp_min(1e-6)
+    df = (cnt - 1).clamp_min(0)
+    pooled = sq.sum(0) / df.sum(0).clamp_min(1)  # (A,)
+    if variance == "per_example":
+        var = sq / df.clamp_min(1)
+    elif variance == "global":
+        var = pooled.expand_as(mu)
+    else:
+        var = (sq + PRIOR_DF * pooled) / (df + PRIOR_DF)
+    return mu, var.sqrt().clamp_min(1e-6)
 
 
 def _log_normal(v, mu, sd):
@@ -79,9 +98,9 @@ def lira_offline(target: torch.Tensor, phi: torch.Tensor, keep: torch.Tensor, va
     return ((target - mu_out) / sd_out).sum(-1)
 
 
-def offline_design(kn_pool: int, k: int) -> str:
-    """Offline reference models: on the pool when it exists, else the OUT half of `halves`."""
-    return "pool" if kn_pool >= 2 else "halves"
+def neutral(scores: torch.Tensor, keep: torch.Tensor, online: bool) -> torch.Tensor:
+    """Scores with 0 (no evidence either way) where a point has no model on a side it needs."""
+    return torch.where(unscored(keep, online), torch.zeros_like(scores), scores)
 
 
 @register
@@ -106,28 +125,42 @@ class MiaLira(Attack):
         seed = ctx.threat.seed * 1009 + 13 if ctx.threat else ctx.seed  # shared by the run
         notes, metrics, curves = [], {"shadows": float(params.shadows)}, {}
         online = offline = None
-        try:
-            if params.mode in ("online", "both"):
-                refs = shared_reference_set(kn, ev, params.shadows, "halves", seed, params.known_init,
-                                            params.slow_recipes)
-                phi = reference_phi(recipe, refs, ev.x, ev.y, oracle.info.task, "eval", shifts)[:, :n]
-                online = lira_online(target, phi, refs.keep_eval[:, :n], params.variance)
-                metrics["shadow_seconds"] = refs.seconds
-                notes.append(f"online: {len(refs)} reference models on halves of the evaluation set "
-                             f"∪ pool ({'batched' if refs.batched else 'one by one'}, {refs.seconds:.1f} s)")
-            if params.mode in ("offline", "both"):
-                design = offline_design(len(ev.x_pool), params.shadows)
-                refs = shared_reference_set(kn, ev, params.shadows, design, seed + 1, params.known_init,
-                                            params.slow_recipes)
-                phi = reference_phi(recipe, refs, ev.x, ev.y, oracle.info.task, "eval", shifts)[:, :n]
-                offline = lira_offline(target, phi, refs.keep_eval[:, :n], params.variance)
-                metrics["offline_shadow_seconds"] = refs.seconds
-                notes.append(f"offline: {len(refs)} reference models on halves of the "
-                             f"{'attacker pool' if design == 'pool' else 'evaluation set (OUT only)'}")
-        except NotImplementedError:
-            raise AttackSkipped("the training recipe cannot be batched (SGD on models leakmeter "
-                                "builds can): set params.slow_recipes: true to train reference "
-                                "models one by one") from None
+        lacking: list[str] = []
+        seen: dict[int, int] = {}  # reference sets used: id → models dropped
+
+        def refs_for(design: str):
+            try:
+                refs = shared_reference_set(kn, ev, params.shadows, design,
+                                            seed if design == "halves" else seed + 1,
+                                            params.known_init, params.slow_recipes)
+            except NotImplementedError:
+                raise AttackSkipped("the training recipe cannot be batched (SGD on models leakmeter "
+                                    "builds can): set params.slow_recipes: true to train reference "
+                                    "models one by one") from None
+            if id(refs) not in seen:
+                seen[id(refs)] = len(refs.dropped)
+                notes.extend(f"dropped: {line}" for line in refs.dropped)
+            phi = reference_phi(recipe, refs, ev.x, ev.y, oracle.info.task, "eval", shifts)[:, :n]
+            return refs, phi, refs.keep_eval[:, :n]
+
+        if params.mode in ("online", "both"):
+            refs, phi, keep = refs_for("halves")
+            online = neutral(lira_online(target, phi, keep, params.variance), keep, True)
+            metrics["shadow_seconds"] = refs.seconds
+            notes.append(f"online: {refs.describe()}")
+            if unscored(keep, True).any():
+                lacking.append(f"online: {int(unscored(keep, True).sum())} points without an IN or "
+                               "OUT model")
+        if params.mode in ("offline", "both"):
+            design, why = offline_design(params.offline_references, params.shadows, len(ev.x_pool))
+            refs, phi, keep = refs_for(design)
+            offline = neutral(lira_offline(target, phi, keep, params.variance), keep, False)
+            metrics["offline_shadow_seconds"] = refs.seconds
+            notes.append(f"offline: each point against its OUT models of {refs.describe()}"
+                         + (f" ({why})" if why else ""))
+            if unscored(keep, False).any():
+                lacking.append(f"offline: {int(unscored(keep, False).sum())} points without an OUT model")
+        metrics["references_dropped"] = float(sum(seen.values()))
         main = online if online is not None else offline
         if online is not None and offline is not None:
             curves = {"LiRA online": online, "LiRA offline": offline}
@@ -135,6 +168,10 @@ class MiaLira(Attack):
                               f"mia_lira ({params.shadows} reference models)", curves)
         if offline is not None and online is not None:
             art.data["extra_scores"] = {"offline": offline.detach().double().cpu().numpy()}
+        if lacking:  # a Gaussian with no model behind it is no score: incomplete, not low
+            raise AssumptionViolated("points left unscored, with no reference model on a side their "
+                                     "score needs (too few models, or models that failed to train): "
+                                     + "; ".join(lacking), artifact=art)
         return art
 
     def judge(self, m, artifact):

@@ -3,13 +3,22 @@
 
 RMIA compares the target's likelihood of x with that of population points z:
 LR(x, z) = [Pr(x|θ)/Pr(x)] / [Pr(z|θ)/Pr(z)], with Pr(x|θ) = p_θ(y|x) and Pr(x) the average of
-Pr(x|θ') over reference models θ'; score(x) = Pr_z[LR(x, z) ≥ γ] over population points (the
-attacker's pool). Offline (reference models never trained on x), Pr(x) is approximated from the
-OUT models by the paper's linear fit Pr(x) ≈ ½((1 + a)·Pr_OUT(x) + (1 − a)) (Sec. 4, "offline"),
-with a chosen by the attacker on its own models (one reference model plays the target, its known
-IN/OUT points score each a in a grid; the best AUC wins; a = 0.3 with a single model, which
-leaves none to tune on). Online,
-Pr(x) is the mean over IN and OUT models.
+Pr(x|θ') over reference models θ'; score(x) = Pr_z[LR(x, z) ≥ γ] over population points z.
+- Online, Pr(x) is the mean over all reference models, IN and OUT (each point is IN for half).
+- Offline (each point scored against the models that did not train on it), Pr(x) comes from the
+  OUT models by the paper's linear fit Pr(x) ≈ ½((1 + a)·Pr_OUT(x) + (1 − a)) (Sec. 4, "offline";
+  Pr_IN ≈ a·Pr_OUT + 1 − a). `a` is chosen by the attacker on its own models: each of up to four
+  reference models in turn plays the target, the others are its references, its known IN/OUT
+  points score each a of the grid 0, 0.1, ..., 1, and the a with the best mean AUC wins; a = 0.3
+  with a single model, which leaves none to tune on.
+- Population z: attacker-pool points, never members of the target, whose Pr(z) is estimated as a
+  non-member's Pr(x) is (offline: from the models that did not train on z; points every model
+  trained on are left out); points no reference model trained on first (the paper's population).
+Reference models follow the paper's layout (harness/attacker/reference_models.py): each evaluation
+point IN for a random half of the models, training sets of the victim's size; offline attacks read
+each point's OUT models (`offline_references: pool`: models on the attacker's pool alone; one
+model: always the pool, which leaves every point OUT). Models that failed to train are dropped and
+counted.
 
 With one population set for every x, Pr_z[LR(x, z) ≥ γ] is a non-decreasing function of
 Pr(x|θ)/Pr(x): the ROC is that ratio's. Points that beat every z (a tie at score 1) are ordered
@@ -24,7 +33,12 @@ from typing import Literal
 
 import torch
 
-from harness.attacker.reference_models import reference_phi, shared_reference_set
+from harness.attacker.reference_models import (
+    offline_design,
+    reference_phi,
+    shared_reference_set,
+    unscored,
+)
 from harness.attacker.signals import prob_true
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
@@ -37,18 +51,19 @@ from harness.attacks.membership.common import (
     scores_artifact,
     target_phi,
 )
-from harness.attacks.membership.mia_lira import offline_design
-from harness.errors import AttackSkipped
+from harness.errors import AssumptionViolated, AttackSkipped
 from harness.scoring.roc import auc, roc
 
 A_GRID = tuple(i / 10 for i in range(11))
 A_SINGLE = 0.3  # one reference model leaves none to tune a on (measured: 0.3 within 0.015 AUC of the best)
+A_TARGETS = 4  # reference models that take turns as the target when tuning a
 
 
 class RmiaParams(Params):
     references: int = 2  # reference models (the paper: 1-4 offline)
     mode: Literal["offline", "online"] = "offline"
     a: float | None = None  # offline Pr(x) fit; None = tuned on the attacker's own models
+    offline_references: Literal["halves", "pool"] = "halves"  # see the module docstring
     gamma: float = 1.0  # LR threshold against population points
     population: int = 1000  # pool points z queried on the target (0 = skip the fraction)
     max_members: int | None = None
@@ -66,19 +81,36 @@ def pr_x(p_ref: torch.Tensor, keep: torch.Tensor, mode: str, a: float) -> torch.
 
 
 def tune_a(p_ref: torch.Tensor, keep: torch.Tensor) -> float:
-    """a for offline RMIA: reference model 0 plays the target on the points it knows (its IN
-    and OUT points), the others are the references; the a with the best AUC (paper Sec. 4)."""
-    if len(p_ref) < 2:
+    """a for offline RMIA: each of up to A_TARGETS reference models in turn plays the target on
+    the points it knows (its IN and OUT points with an OUT model among the others), the others
+    are its references; the a of the grid with the best mean AUC (paper Sec. 4)."""
+    k = len(p_ref)
+    if k < 2:
         return A_SINGLE
-    target, rest, member = p_ref[0], p_ref[1:], keep[0]
-    known = (~keep[1:]).any(0)  # points with at least one OUT reference among the rest
-    best, best_auc = 1.0, -1.0
+    best, best_auc = A_SINGLE, -1.0
     for a in A_GRID:
-        ratio = target / pr_x(rest, keep[1:], "offline", a).clamp_min(1e-300)
-        r = roc(ratio[known].cpu().numpy(), member[known].cpu().numpy())
-        if auc(r) > best_auc:
-            best, best_auc = a, auc(r)
+        aucs = []
+        for t in range(min(k, A_TARGETS)):
+            rest = torch.arange(k, device=keep.device) != t
+            known = (~keep[rest]).any(0)
+            if known.sum() < 2 or keep[t][known].all() or not keep[t][known].any():
+                continue
+            ratio = p_ref[t] / pr_x(p_ref[rest], keep[rest], "offline", a).clamp_min(1e-300)
+            aucs.append(auc(roc(ratio[known].cpu().numpy(), keep[t][known].cpu().numpy())))
+        if aucs and sum(aucs) / len(aucs) > best_auc:
+            best, best_auc = a, sum(aucs) / len(aucs)
     return best
+
+
+def population(keep_pool: torch.Tensor, mode: str, limit: int) -> torch.Tensor:
+    """Indices of the pool points used as population z (at most `limit`): points whose Pr(z) is
+    estimated as a non-member's Pr(x) is — offline, from reference models that did not train on
+    z (points every model trained on are left out); online, from all of them. Points no model
+    trained on come first (the paper's population: OUT for every model)."""
+    out = (~keep_pool).sum(0)
+    usable = out > 0 if mode == "offline" else torch.ones_like(out, dtype=torch.bool)
+    order = torch.argsort(-(out == len(keep_pool)).to(torch.int8), stable=True)
+    return order[usable[order]][:limit].cpu()
 
 
 def rmia_scores(p_target: torch.Tensor, pr: torch.Tensor, p_pop: torch.Tensor | None,
@@ -115,7 +147,11 @@ class MiaRmia(Attack):
         task = oracle.info.task
         p_t = prob_true(target_phi(oracle, kn, ev.x[:n], ev.y[:n])[:, 0])
         seed = ctx.threat.seed * 1009 + 13 if ctx.threat else ctx.seed  # shared by the run
-        design = "halves" if params.mode == "online" else offline_design(len(ev.x_pool), params.references)
+        why = ""
+        if params.mode == "online":
+            design = "halves"
+        else:
+            design, why = offline_design(params.offline_references, params.references, len(ev.x_pool))
         try:
             refs = shared_reference_set(kn, ev, params.references, design,
                                         seed if design == "halves" else seed + 1, params.known_init,
@@ -127,30 +163,44 @@ class MiaRmia(Attack):
         keep = refs.keep_eval[:, :n]
         a = params.a
         if params.mode == "offline" and a is None:
-            src = "pool" if design == "pool" else "eval"
-            xs, ys = (ev.x_pool, ev.y_pool) if src == "pool" else (ev.x, ev.y)
-            p_known = prob_true(reference_phi(recipe, refs, xs, ys, task, src)[..., 0])
-            a = tune_a(p_known, refs.keep_pool if src == "pool" else refs.keep_eval)
+            if design == "pool":
+                p_known = prob_true(reference_phi(recipe, refs, ev.x_pool, ev.y_pool, task, "pool")[..., 0])
+                a = tune_a(p_known, refs.keep_pool)
+            else:
+                a = tune_a(prob_true(reference_phi(recipe, refs, ev.x, ev.y, task, "eval")[..., 0]),
+                           refs.keep_eval)
         a = A_SINGLE if a is None else a
         pr = pr_x(p_ref, keep, params.mode, a)
         p_pop = pr_pop = None
-        n_pop = min(params.population, len(ev.x_pool))
+        z = population(refs.keep_pool, params.mode, params.population)
+        n_pop = len(z)
         if not oracle.offers("weights"):
             n_pop = min(n_pop, oracle.affordable(n_pop))
+            z = z[:n_pop]
         if n_pop > 0:
-            zx, zy = ev.x_pool[:n_pop], ev.y_pool[:n_pop]
-            p_pop = prob_true(target_phi(oracle, kn, zx, zy)[:, 0])
-            pz = prob_true(reference_phi(recipe, refs, ev.x_pool, ev.y_pool, task, "pool")[..., 0])[:, :n_pop]
-            pr_pop = pr_x(pz, refs.keep_pool[:, :n_pop], params.mode, a)
+            p_pop = prob_true(target_phi(oracle, kn, ev.x_pool[z], ev.y_pool[z])[:, 0])
+            pz = prob_true(reference_phi(recipe, refs, ev.x_pool, ev.y_pool, task, "pool")[..., 0])[:, z]
+            pr_pop = pr_x(pz, refs.keep_pool[:, z], params.mode, a)
         score, frac = rmia_scores(p_t, pr, p_pop, pr_pop, params.gamma)
-        notes = [f"{params.mode}: {len(refs)} reference models ({design} design, "
-                 f"{'batched' if refs.batched else 'one by one'}, {refs.seconds:.1f} s); a = {a:g}; "
-                 f"{n_pop} population points"]
-        art = scores_artifact(score, len(ev), ctx, {"references": float(len(refs)), "a": float(a),
-                                                    "population": float(n_pop)},
+        lack = unscored(keep, params.mode == "online")
+        score = torch.where(lack, torch.zeros_like(score), score)  # no model behind it: no evidence
+        fit = ""
+        if params.mode == "offline":
+            tuned = " (tuned on the reference models)" if params.a is None and len(refs) > 1 else ""
+            fit = f"; a = {a:g}{tuned}"
+        notes = [f"{params.mode}: {refs.describe()}{f' ({why})' if why else ''}{fit}; "
+                 f"{n_pop} population points z"]
+        metrics = {"references": float(len(refs)), "a": float(a), "population": float(n_pop),
+                   "references_dropped": float(len(refs.dropped))}
+        notes += [f"dropped: {line}" for line in refs.dropped]
+        art = scores_artifact(score, len(ev), ctx, metrics,
                               notes, f"mia_rmia ({params.mode}, {len(refs)} reference models)")
         if frac is not None:
             art.data["rmia_fraction"] = frac.detach().cpu().numpy()
+        if lack.any():  # incomplete, not low
+            raise AssumptionViolated(f"{int(lack.sum())} points left unscored, with no reference model "
+                                     "on a side their score needs (too few models, or models that "
+                                     "failed to train)", artifact=art)
         return art
 
     def judge(self, m, artifact):

@@ -122,7 +122,7 @@ class GLMClosedForm(Attack):
 
     def judge(self, m, artifact):
         if "success_rate" not in m:
-            return "medium", "closed-form reconstructions made; no truth to score them"
+            return None, "closed-form reconstructions made; no truth to score them (not verified)"
         k, t = int(m["reconstructed"]), int(m["targets"])
         err = m.get("rel_error_max", float("nan"))
         if k > 0:

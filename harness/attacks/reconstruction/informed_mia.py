@@ -22,6 +22,8 @@ from harness.attacks.base import Artifact, Attack, Params
 from harness.attacks.reconstruction.reconn import format_outputs
 from harness.errors import AttackFailed, AttackSkipped, AttackStopped
 
+GROUP = 8  # games whose shadow models train in one batch (the time limit is checked between games)
+
 
 class MIAParams(Params):
     games: int = 10  # released models (one secret bit each)
@@ -61,14 +63,19 @@ class InformedMIA(Attack):
         probe = rel.x_aux[: params.probes]
         info = oracle.info
         guesses, llrs, t0, done, stop = [], [], time.perf_counter(), 0, None
+        trained: dict[int, torch.Tensor] = {}
         for g, view in enumerate(rel.views):
             if time.perf_counter() - t0 > params.max_seconds and done > 0:
                 stop = "time"
                 break
-            cx, cy = rel.candidates[g], rel.candidate_y[g]
-            xe = cx.repeat_interleave(k, 0)
-            ye = cy.repeat_interleave(k, 0)
-            flat = recipe.train_many(rel.x_minus, rel.y_minus, xe, ye, seed=ctx.seed * 104729 + g * 2 * k)
+            cx = rel.candidates[g]
+            if g not in trained:  # the shadows of GROUP games at once: model j of game g keeps its seed
+                last = min(len(rel.views), g + GROUP)
+                xe = rel.candidates[g:last].repeat_interleave(k, 1).reshape(-1, cx.shape[-1])
+                ye = rel.candidate_y[g:last].repeat_interleave(k, 1).reshape(-1)
+                flat = recipe.train_many(rel.x_minus, rel.y_minus, xe, ye, seed=ctx.seed * 104729 + g * 2 * k)
+                trained.update({g + i: part for i, part in enumerate(flat.split(2 * k))})
+            flat = trained.pop(g)
             if white:
                 f_sh = flat
                 f_rel = torch.cat([v.reshape(-1) for v in view.weights().values()]).to(flat)
@@ -103,7 +110,7 @@ class InformedMIA(Attack):
 
     def judge(self, m, artifact):
         if "success_rate" not in m:
-            return "medium", "guesses made; no truth to score them"
+            return None, "guesses made; no truth to score them (not verified)"
         lo = m["success_ci_low"]
         if lo > 0.5:
             return "high", (f"membership of a chosen record is distinguishable: success "

@@ -25,7 +25,7 @@ each training point to its single best candidate, without App. B.3's vote: avera
 candidates near a point beat the nearest non-member on held-out non-members too (measured), so
 it is not evidence; the scorer reports that control (`control_reconstructed`).
 
-What makes it work on 8×8 digits (scenarios/reconstruction-kkt-digits.yaml): the victim trained on
+What makes it work on 8×8 digits (scenarios/slow/reconstruction-kkt-digits.yaml): the victim trained on
 mean-subtracted inputs (`standardize: minmax_center`, as the authors do). Uncentred [0, 1] pixels
 give every first-layer neuron nearly the same activation pattern, so W₁ collapses to rank 2–4 and
 W₁ = Σ cᵢ xᵢᵀ pins only that many combinations of the n points: no attack can identify them.
@@ -239,8 +239,8 @@ class KKT(Attack):
         Fisher exact test, p < 0.01) and more than the first-layer-row baseline; medium: more
         hits than the control without that evidence; low: no more than chance."""
         if "p_value" not in m:
-            return "medium", (f"{int(m.get('candidates', 0))} candidates produced; no held-out "
-                              "non-members to test them against")
+            return None, (f"{int(m.get('candidates', 0))} candidates produced; no held-out "
+                          "non-members to test them against (not verified)")
         k, n = int(m["hits"]), int(m["targets"])
         c, nc, p = int(m["control_hits"]), int(m["control_targets"]), m["p_value"]
         wk = int(m.get("weights_reconstructed", 0))

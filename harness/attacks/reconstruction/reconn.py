@@ -262,7 +262,7 @@ class Reconn(Attack):
 
     def judge(self, m, artifact):
         if "success_rate" not in m:
-            return "medium", "reconstructions made; no truth to score them"
+            return None, "reconstructions made; no truth to score them (not verified)"
         k, t = int(m["reconstructed"]), int(m["targets"])
         ci = f"[{m['success_ci_low']:.2f}, {m['success_ci_high']:.2f}]"
         if k > 0:

@@ -230,11 +230,15 @@ class SpanNonAdaptive(Attack):
             art.reason = (f"{kinked} of {samples} points carried a direction of their own: the "
                           "answers are noisier than measured, the subspace is unreliable")
         elif r == 0:
-            art.stopped_by, art.reason = "assumption", "all gradients were zero (a dead network?)"
-        elif r >= d:
+            art.stopped_by, art.reason = "assumption", self._why_no_rank(art, noise)
+        elif r >= d and not (self._full_rank_shown(s, d - 1, floor_of(len(rows))) if fd
+                             else self._explanations_exact(oracle, ctx)):
             art.stopped_by = "precision"
             art.reason = ("the gradients span the whole input space: the first layer has full rank, "
                           "or the answers are too noisy to separate a subspace")
+        elif r >= d:
+            art.notes.append("the gradients span the whole input space: the first layer has full "
+                             "rank, so no subspace is hidden and none leaks")
         elif how == "unclear":
             art.stopped_by = "precision"
             art.reason = (f"no clear spectral gap (σ_r/σ_r+1 = {gap:.3g} < {params.min_gap}): "
@@ -249,9 +253,40 @@ class SpanNonAdaptive(Attack):
             art.stopped_by = "budget"
             art.reason = f"budget exhausted after {samples} gradient points (rank still growing?)"
         elif samples >= max_samples and not stopped:
-            art.notes.append(f"the rank was still growing at max_samples = {max_samples}: more "
-                             "samples may leak more")
+            art.stopped_by = "cap"  # its own parameter, not a defense
+            art.reason = (f"the rank was still growing at max_samples = {max_samples}: more "
+                          "samples may leak more")
         return art
+
+    @staticmethod
+    def _why_no_rank(art: Artifact, noise) -> str:
+        """Why no direction was read, from what was measured (never a guess)."""
+        zero = art.metrics.get("zero_gradients", 0.0)
+        if noise is not None and noise.rounding:
+            return (f"no gradient direction stood out: the answers are rounded to {noise.rounding:g}, "
+                    f"and {zero:.0%} of the finite differences read exactly zero")
+        if zero >= 1.0:
+            return ("every gradient read was exactly zero: no path through the network is active at "
+                    "the sampled points (a dead network)")
+        return (f"no gradient direction stood above the answers' noise ({zero:.0%} of gradients "
+                "exactly zero)")
+
+    @staticmethod
+    def _explanations_exact(oracle, ctx) -> bool:
+        """Two explanations of one point are identical (2 queries): deterministic gradients,
+        whose full rank is the first layer's; randomized ones (explanation noise, SmoothGrad)
+        could fill the space with noise, so they show nothing about it."""
+        if oracle.affordable(2) < 2:
+            return False
+        x = torch.randn(1, oracle.info.dim, generator=ctx.gen, dtype=torch.float64).to(oracle.device)
+        g = oracle.explain(torch.cat([x, x]))
+        return bool(torch.equal(g[0], g[1]))
+
+    @staticmethod
+    def _full_rank_shown(s: torch.Tensor, room: int, floor: float) -> bool:
+        """Finite differences: every one of the `room` directions stands clearly (10×) above the
+        noise floor, so the whole space is the first layer's span, not noise."""
+        return len(s) >= room and float(s[room - 1]) > 10 * floor
 
     @staticmethod
     def _floor_of(noise, step, x_inf, d):
@@ -335,14 +370,38 @@ class SpanNonAdaptive(Attack):
         return judge_span(m)
 
 
-def judge_span(m: dict[str, float]) -> tuple[str, str]:
+
+def vacuous_span(m: dict[str, float]) -> str | None:
+    """The reason a span finding says nothing (the recovered span, or the true one, is the whole
+    input space: no direction is hidden, so none can leak), else None."""
+    d = int(m.get("input_dim", 0))
+    if d <= 0:
+        return None
+    r, k = int(m.get("recovered_rank", 0)), int(m.get("true_rank", 0))
+    if k >= d:
+        return (f"the first layer has full rank ({k} of {d} input dimensions): its span is the "
+                "whole input space, so it hides no direction and a span leak says nothing")
+    if r >= d:
+        return (f"the recovered span is the whole input space (rank {r} of {d}): it tells an "
+                "attacker nothing")
+    return None
+
+
+def judge_span(m: dict[str, float]) -> tuple[str | None, str]:
     """Risk from the scored subspace: against the true first layer when there is one, else from
-    how much of fresh held-out gradients the recovered span holds (black-box endpoints)."""
+    how much of fresh held-out gradients the recovered span holds (black-box endpoints). A span
+    that is the whole input space is no finding (low, with that reason)."""
     q, r = int(m.get("queries", 0)), int(m.get("recovered_rank", 0))
+    empty = vacuous_span(m)
+    if empty:
+        return "low", f"{empty} ({q} queries)"
     if "true_rank" not in m:
         e = m.get("blackbox_heldout_energy")
-        if e is None or r == 0:
-            return "low", f"a rank-{r} subspace, not verifiable against the truth ({q} queries)"
+        if r == 0:
+            return "low", f"no subspace was recovered ({q} queries)"
+        if e is None:
+            return None, (f"a rank-{r} subspace that no held-out probe of the endpoint verified "
+                          f"({q} queries)")
         lvl = "high" if e >= 0.999 else "medium" if e >= 0.99 else "low"
         return lvl, (f"a rank-{r} subspace holding {e:.2%} of fresh gradients' energy was "
                      f"recovered in {q} queries (no truth to compare)")

@@ -10,9 +10,15 @@ API's input space; inputs are not clipped to the data range, which would move no
 
 Reported: the largest ratio at which at least `keep_target` of predictions stay unchanged
 (`noise_to_signal`) and the fraction kept there (`prediction_kept`), both measured through the
-API's own predictions, plus the same noise *without* the projection as a baseline
-(`random_noise_kept`). Beyond the paper: the ratio sweep, the baseline, and a PNG grid of
-original / obfuscated inputs with their predicted labels.
+API's own predictions, plus the same noise *without* the projection as a control
+(`random_noise_kept`), and the noise actually added (`noise_added`: the measured ‖n‖/‖x‖ after
+the projection). Beyond the paper, so that a finding means something: the judge tests fixed ratios
+(1 for high, 0.5 for medium) on at least 300 inputs (`images`; the pool may hold fewer, then n is
+said), with a one-sided 95% Clopper–Pearson lower bound on the fraction kept and an exact McNemar
+test against the unprojected control on the same inputs (`kept_low_at_*`, `control_p_at_*`). A
+recovered span that is the whole input space leaves no orthogonal noise to add: the attack is
+`skipped` with that reason. Also the ratio sweep and a PNG grid of original / obfuscated inputs
+with their predicted labels.
 """
 
 from __future__ import annotations
@@ -27,14 +33,14 @@ from harness.attacks.base import Artifact, Attack, Params
 from harness.attacks.gradients import api_labels
 from harness.attacks.span.nonadaptive import SpanNonAdaptive, SpanParams
 from harness.attacks.span.threshold import SpanThreshold, ThresholdParams
-from harness.errors import AssumptionViolated, AttackStopped
+from harness.errors import AssumptionViolated, AttackSkipped, AttackStopped
 
 
 class ObfuscationParams(Params):
     recovery: Literal["auto", "nonadaptive", "threshold"] = "auto"  # auto: threshold for labels
     recovery_params: dict[str, Any] = Field(default_factory=dict)  # that attack's params
-    images: int = Field(default=32, ge=1)  # inputs from the attacker's pool to obfuscate
-    ratios: list[float] = [0.25, 0.5, 1.0, 2.0, 4.0, 8.0]  # noise-to-signal ratios tried
+    images: int = Field(default=300, ge=1)  # inputs from the attacker's pool to obfuscate
+    ratios: list[float] = [0.25, 0.5, 1.0, 2.0, 4.0, 8.0]  # noise-to-signal ratios tried (0.5, 1 always)
     keep_target: float = 0.99  # the fraction of predictions that must stay unchanged
     plot: bool = True  # write obfuscation.png (image-shaped inputs only)
 
@@ -57,6 +63,26 @@ class Reserved:
     def affordable(self, n: int) -> int:
         rem = self.remaining
         return n if rem is None else max(0, min(n, rem))
+
+
+TESTED = (0.5, 1.0)  # the ratios the judge tests: medium at 0.5, high at 1
+ALPHA = 0.05
+
+
+def kept_test(proj: torch.Tensor, rand: torch.Tensor, key: str) -> dict[str, float]:
+    """At one ratio, per input 1[prediction kept] with projected and with unprojected noise:
+    the one-sided 95% Clopper–Pearson lower bound on the projected kept fraction, and the exact
+    McNemar p-value that projected noise keeps more predictions than unprojected noise does."""
+    from scipy.stats import binomtest
+
+    from harness.scoring.audit import cp_lower
+
+    n, k = len(proj), int(proj.sum())
+    b = int((proj & ~rand).sum())  # kept only when projected
+    c = int((rand & ~proj).sum())  # kept only when not projected
+    p = binomtest(b, b + c, 0.5, alternative="greater").pvalue if b + c else 1.0
+    return {f"kept_low_at_{key}": cp_lower(k, n, ALPHA) if k else 0.0,
+            f"random_kept_at_{key}": float(rand.double().mean()), f"control_p_at_{key}": float(p)}
 
 
 def complement_noise(basis: torch.Tensor, x: torch.Tensor, ratio: float,
@@ -111,7 +137,7 @@ class Obfuscation(Attack):
         if pool is None or len(pool) == 0:
             raise AssumptionViolated("the attacker has no inputs of its own to obfuscate (empty pool)")
         x = pool[: params.images].to(oracle.device, torch.float64).reshape(-1, oracle.info.dim)
-        ratios = sorted(params.ratios)
+        ratios = sorted(set(params.ratios) | set(TESTED))
         reserve = len(x) * (1 + 2 * len(ratios))
         if oracle.affordable(reserve) < reserve:
             raise AssumptionViolated(f"the budget cannot pay for the {reserve} prediction queries",
@@ -124,11 +150,20 @@ class Obfuscation(Attack):
         if len(basis) == 0:
             raise AttackStopped(f"span recovery ({name}) found no direction: {span.reason}",
                                 stopped_by=span.stopped_by or "assumption")
+        if len(basis) >= oracle.info.dim:
+            raise AttackSkipped(f"the recovered span ({name}) is the whole input space (rank "
+                                f"{len(basis)} of {oracle.info.dim}): there is no orthogonal noise "
+                                "to add, so nothing can be obfuscated")
         noisy = [complement_noise(basis, x, r, ctx.gen, project=pr) for pr in (True, False)
                  for r in ratios]
+        added = [float((n.norm(dim=1) / x.norm(dim=1).clamp_min(1e-300)).median()) for n in noisy]
+        if max(added[: len(ratios)]) <= 1e-9:
+            raise AttackSkipped(f"the noise orthogonal to the recovered span ({name}, rank "
+                                f"{len(basis)}) is zero on these inputs: nothing to add")
         y = api_labels(oracle.predict(torch.cat([x, *[x + n for n in noisy]])), oracle.output)
         base, rest = y[: len(x)], y[len(x):].reshape(2 * len(ratios), len(x))
-        kept = (rest == base).double().mean(dim=1).cpu()
+        same = (rest == base).cpu()
+        kept = same.double().mean(dim=1)
         kept_proj, kept_rand = kept[: len(ratios)], kept[len(ratios):]
         ok = [i for i, k in enumerate(kept_proj) if float(k) >= params.keep_target]
         i = max(ok) if ok else 0
@@ -136,13 +171,17 @@ class Obfuscation(Attack):
         metrics = {
             "prediction_kept": float(kept_proj[i]),
             "noise_to_signal": float(chosen) if ok else 0.0,
+            "noise_added": added[i],
             "random_noise_kept": float(kept_rand[i]),
             "recovered_rank": float(len(basis)),
             "images": float(len(x)),
             "recovery_queries": float(recovery_queries),
         }
-        for r, kp in zip(ratios, kept_proj, strict=True):
-            metrics[f"kept_at_{r:g}".replace(".", "_")] = float(kp)
+        for j, (r, kp) in enumerate(zip(ratios, kept_proj, strict=True)):
+            key = f"{r:g}".replace(".", "_")
+            metrics[f"kept_at_{key}"] = float(kp)
+            if r in TESTED:
+                metrics.update(kept_test(same[j], same[len(ratios) + j], key))
         x_obf = x + noisy[i]
         art = Artifact("obfuscation", metrics=metrics, notes=[f"span recovered by {name}"])
         art.notes += [f"recovery: {m}" for m in span.notes]
@@ -166,21 +205,42 @@ class Obfuscation(Attack):
         return art
 
     def judge(self, m, artifact):
-        kept, nsr = m.get("prediction_kept", 0.0), m.get("noise_to_signal", 0.0)
-        rnd = m.get("random_noise_kept", float("nan"))
-        plain = (f"noise {nsr:g}× as large as the input, orthogonal to the leaked span, left "
-                 f"{kept:.0%} of predictions unchanged (the same noise unprojected: {rnd:.0%}) — "
-                 "an attacker can make inputs unrecognisable while the model answers as before")
-        if nsr >= 1.0 and kept >= 0.99 and rnd <= kept - 0.1:
-            return "high", plain
-        if nsr >= 1.0 and kept >= 0.99:
-            return "medium", (f"noise {nsr:g}× the input kept {kept:.0%} of predictions, but "
-                              f"unprojected noise kept {rnd:.0%} too: the model shrugs off this "
-                              "noise anyway, the leaked span adds little here")
-        if nsr >= 0.5 and kept >= 0.9:
-            return "medium", plain
-        return "low", (f"obfuscation did not work: at noise-to-signal {nsr:g} only {kept:.0%} of "
-                       "predictions were kept")
+        return judge_obfuscation(m, self.Params().keep_target)
+
+
+def judge_obfuscation(m: dict[str, float], bar: float = 0.99) -> tuple[str, str]:
+    """high: at noise as large as the input (ratio 1), the 95% lower bound on the kept fraction
+    reaches `bar` and projected noise keeps significantly more predictions than unprojected noise
+    (McNemar p < 0.05); medium: the same at ratio 0.5 with a bar of 0.9; low otherwise, saying
+    which part was not shown."""
+    n = int(m.get("images", 0))
+    for key, ratio, level, need in (("1", 1.0, "high", bar), ("0_5", 0.5, "medium", 0.9)):
+        kept, low = m.get(f"kept_at_{key}"), m.get(f"kept_low_at_{key}")
+        rand, p = m.get(f"random_kept_at_{key}"), m.get(f"control_p_at_{key}")
+        if None in (kept, low, rand, p):
+            continue
+        if low >= need and p < ALPHA:
+            short = "" if level == "high" else (
+                f"; at noise as large as the input {m.get('kept_at_1', 0.0):.1%} were kept (95% lower "
+                f"bound {m.get('kept_low_at_1', 0.0):.1%}, below the {bar:.0%} bar"
+                + (f": {n} inputs cannot show it, 300 all kept can)" if n < 300 else ")"))
+            return level, (f"noise {ratio:g}× as large as the input, orthogonal to the leaked span, "
+                           f"left {kept:.1%} of {n} predictions unchanged (95% lower bound "
+                           f"{low:.1%}); the same noise unprojected kept {rand:.1%} (McNemar p "
+                           f"{p:.2g}) — inputs can be made unrecognisable while the model answers "
+                           f"as before{short}")
+    kept, low = m.get("kept_at_1", 0.0), m.get("kept_low_at_1", 0.0)
+    rand, p = m.get("random_kept_at_1", float("nan")), m.get("control_p_at_1", 1.0)
+    if kept >= bar and p >= ALPHA:
+        why = (f"unprojected noise kept {rand:.1%} too (McNemar p {p:.2g}): the model ignores this "
+               "noise anyway, the leaked span adds nothing")
+    elif kept >= bar:
+        why = (f"{n} inputs with this many kept cannot show {bar:.0%} at 95% confidence (lower "
+               f"bound {low:.1%}; 300 inputs, all kept, can)")
+    else:
+        why = "the span did not protect the predictions"
+    return "low", (f"obfuscation not shown: noise as large as the input kept {kept:.1%} of {n} "
+                   f"predictions; {why}")
 
 
 def plot_grid(x, x_obf, y, y_obf, shape, ratio: float, path, cols: int = 8):

@@ -48,7 +48,7 @@ import torch
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
 from harness.attacks.gradients import api_labels
-from harness.attacks.span.nonadaptive import judge_span
+from harness.attacks.span.nonadaptive import judge_span, vacuous_span
 from harness.errors import AssumptionViolated, PrecisionLimit
 
 # adaptive steps (× input scale): the slope error from the answers' noise falls as 1/h and the
@@ -433,6 +433,10 @@ class SpanThreshold(Attack):
         elif done:
             notes.append(f"stopped: {params.checks} boundary points showed < {params.min_residual} "
                          f"of the gradient outside the {r} recovered directions")
+        elif stopped is None and r < oracle.info.dim - 1:
+            stopped = "cap"  # its own parameter, not evidence that nothing more leaks
+            reason = (f"stopped at max_vectors = {limit} before its boundary checks showed the "
+                      "span complete: more vectors may leak more")
         elif stopped is None:
             notes.append(f"stopped at max_vectors = {limit}")
         metrics = {
@@ -450,7 +454,7 @@ class SpanThreshold(Attack):
     def judge(self, m, artifact):
         q = int(m.get("queries", 0))
         r = int(m.get("recovered_rank", 0))
-        if "true_rank" not in m:
+        if "true_rank" not in m or vacuous_span(m):
             return judge_span(m)
         k, e = int(m["true_rank"]), m.get("min_energy_in_span", 0.0)
         if r >= k and e >= 0.999:

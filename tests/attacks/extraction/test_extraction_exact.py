@@ -221,3 +221,53 @@ def test_extracted_model_artifact_is_a_torch_module(tmp_path):
     art = atk.run(view, atk.Params(), ctx)
     x = torch.randn(300, 10, dtype=torch.float64) * 3
     assert torch.allclose(art.data["model"](x), v.truth.model(x), rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("classes", [[0, 1], [0, 1, 2], list(range(10))])
+@pytest.mark.parametrize("attack,interface", [("gradient_exact", "gradient"),
+                                              ("finite_difference_exact", "prediction")])
+def test_k_output_softmax_models_are_scored_in_the_space_they_reveal(classes, attack, interface,
+                                                                     tmp_path):
+    """A K-output softmax behind probabilities (K = 2, the usual binary classifier, 3 and 10):
+    the attack sees logits only up to a per-input constant (K = 2: the one difference l₁ − l₀),
+    and the scorer compares exactly that, so an exact extraction scores as exact (once, K = 2
+    scored an exact copy at output error 0.5 and agreement = the share of class 0)."""
+    s = scenario_from_dict({
+        "name": "k", "seed": 1, "device": "cpu",
+        "victim": {"model": {"arch": "mlp", "hidden": [16]},
+                   "data": ({"dataset": "breast_cancer", "n_train": 300, "task": "multiclass"}
+                            if len(classes) == 2 else  # a 2-output softmax (digits [0, 1]: one logit)
+                            {"dataset": "digits", "n_train": 250} if len(classes) == 10 else
+                            {"dataset": "digits", "n_train": 250, "classes": classes}),
+                   "training": {"optimizer": "sgd", "lr": 0.1, "momentum": 0.9, "epochs": 20,
+                                "dtype": "float64"}},
+        "interface": {"kind": interface, "output": "probabilities"},
+        "attacks": [{"name": attack}], "tracking": {"enabled": False}})
+    e = run_one(s, tmp_path)
+    m = e["metrics"]
+    assert m["units_matched"] == m["units_true"] and m["param_error"] < 1e-5, m
+    assert m["output_error"] < 1e-6 and m["agreement"] == 1.0 and m["kappa"] == 1.0, m
+    assert e["risk"] == "high"
+    # the scorer's comparison, recomputed here: the truth's probabilities against the copy's
+    from harness.scoring.model import in_space
+
+    expected_space = "difference" if len(classes) == 2 else "centered"
+    assert in_space(torch.zeros(3, len(classes)), expected_space).shape[1] == (1 if len(classes) == 2
+                                                                            else len(classes))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_smooth_activation_is_declined_quickly_not_fitted_with_thousands_of_planes(dtype, tmp_path):
+    """A tanh net behind probabilities bends everywhere along a line: the bent intervals tile it
+    (float32), or exceed max_units (float64). The attack says so after one line instead of
+    fitting an output layer on ~1,400 spurious planes (once: 7.5 GB and many minutes)."""
+    s = scenario_from_dict({
+        "name": "tanh", "seed": 0, "device": "cpu",
+        "victim": {"model": {"arch": "mlp", "hidden": [32], "activation": "tanh"},
+                   "data": {"dataset": "digits", "n_train": 600},
+                   "training": {"epochs": 10, "dtype": dtype}},
+        "interface": {"kind": "prediction", "output": "probabilities"},
+        "attacks": [{"name": "finite_difference_exact"}], "tracking": {"enabled": False}})
+    r = run_direct(s, tmp_path)
+    assert r.status == "incomplete" and r.stopped_by == "assumption", r.reason
+    assert "piecewise" in r.reason and r.queries < 20_000

@@ -6,7 +6,8 @@ from conftest import make_scenario
 
 from harness.runner import run_scenario
 from harness.scenario import scenario_from_dict
-from harness.scoring.reconstruction import clopper_pearson, pairwise_ncc, ssim_pairs
+from harness.scoring.audit import clopper_pearson
+from harness.scoring.reconstruction import pairwise_ncc, ssim_pairs
 
 
 def _glm(dataset, task, arch="logistic", bias=True, wd=1e-2, targets=5, n_train=150):

@@ -139,3 +139,25 @@ def test_informed_mia_wins_against_deterministic_training(tmp_path):
     rep = run_scenario(s, out=tmp_path)
     m = rep["attacks"][0]["metrics"]
     assert m["success_rate"] == 1.0 and m["games"] == 8 and m["success_ci_low"] > 0.6
+
+
+@pytest.mark.parametrize("batch_size", [None, 32])
+def test_released_models_trained_together_are_the_recipe_one_by_one(batch_size):
+    """The defender's released models (SGD without DP) train in one batch: each equals
+    recipe.train(D₋ ∪ {z_t}, seed = secret + t), the one-by-one path."""
+    from harness.attacker.informed import InformedKnowledge
+
+    rec = {**RECIPE, "training": {**RECIPE["training"], "batch_size": batch_size, "epochs": 3}}
+    if batch_size:
+        rec["training"].pop("steps")
+    s = scenario_from_dict(make_scenario(victim=rec))
+    v = build_victim(s)
+    d, info = v.truth.data, v.info
+    r = Recipe(s, info.task, d.input_shape, info.n_outputs, info.device, info.dtype)
+    xm, ym = torch.as_tensor(d.x_train[:-3]), torch.as_tensor(d.y_train[:-3])
+    tx, ty = torch.as_tensor(d.x_train[-3:]), torch.as_tensor(d.y_train[-3:])
+    models = InformedKnowledge._batched_release(r, xm, ym, tx, ty, secret=77)
+    assert len(models) == 3
+    for t in range(3):
+        one = r.train(torch.cat([xm, tx[t : t + 1]]), torch.cat([ym, ty[t : t + 1]]), seed=77 + t)
+        assert torch.allclose(flatten_state(models[t]), flatten_state(one), atol=1e-10, rtol=0)

@@ -126,7 +126,7 @@ def test_circle_toy_points_recovered_like_paper_fig2(tmp_path):
 
     rates = []
     for seed in (1, 2, 3):
-        s = load_scenario(REPO / "scenarios" / "reconstruction-kkt-circle.yaml",
+        s = load_scenario(REPO / "scenarios" / "slow" / "reconstruction-kkt-circle.yaml",
                           ["tracking.enabled=false", f"attacker.seed={seed}"])
         (a,) = run_scenario(s, out=tmp_path / str(seed))["attacks"]
         assert a["status"] == "ok" and a["risk"] != "high", a["reason"]

@@ -126,8 +126,22 @@ def remote(url: str, budget: int | None = None, **endpoint):
                             "interface": {"kind": "prediction", "output": "probabilities"},
                             "tracking": {"enabled": False}})
     victim = build_victim(s)
-    oracle = Oracle(victim.backend, victim.info, OutputDefenses(), budget)
+    oracle = Oracle(victim.backend, victim.info, OutputDefenses(), budget,
+                    max_rows=s.victim.endpoint.max_rows)
     return oracle, victim
+
+
+def test_max_rows_caps_what_the_scan_sends_in_total_start_up_check_included():
+    with FaultServer(lambda i: "ok") as srv:
+        oracle, victim = remote(srv.url, budget=25, max_rows=31)
+        a, b = oracle.view("a"), oracle.view("b")
+        a.predict(torch.zeros(25, D, dtype=torch.float64))  # a's whole budget
+        assert b.remaining == 5 and b.capped_by_rows()  # 31 - 1 start-up row - 25
+        with pytest.raises(BudgetExhausted) as err:
+            b.predict(torch.zeros(6, D, dtype=torch.float64))
+        assert err.value.stopped_by == "cap"  # the scan's cost cap, not the defense
+        b.predict(torch.zeros(5, D, dtype=torch.float64))
+        assert srv.rows == 31 == oracle.quotas.used
 
 
 def cycle_faults(every: int = 3):
@@ -152,22 +166,23 @@ def test_transient_faults_over_1000_requests_recover_exactly_within_budget():
         assert srv.requests >= 1000
         np.testing.assert_array_equal(got.numpy(), softmax_rows(x))
         # every row sent (first tries, retries, the probe) was charged before it was sent
-        assert oracle.ledger.used == stats.rows_sent == srv.rows <= 3000
+        assert oracle.quotas.used == stats.rows_sent == srv.rows <= 3000
         assert stats.retries > 300
         assert {"500", "429", "connection", "malformed", "502", "timeout"} <= set(stats.faults)
 
 
 def test_budget_is_never_exceeded_whatever_the_faults_and_a_starved_attack_says_faults():
     x = np.random.default_rng(2).standard_normal((1000, D))
-    budget = 1060  # the oracle charges the 1000 first tries up front; 59 rows are left for retries
+    budget = 1060  # the oracle charges the 1000 first tries up front; 60 rows are left for retries
     with FaultServer(cycle_faults(every=2)) as srv:
         oracle, victim = remote(srv.url, budget=budget)
         view = oracle.view("t")
         with pytest.raises(EndpointFaults) as err:
             view.predict(torch.as_tensor(x))
         assert err.value.stopped_by == "faults" and not isinstance(err.value, BudgetExhausted)
-        assert oracle.ledger.used <= budget
-        assert srv.rows == victim.backend.stats.rows_sent <= budget
+        # the attacker's own rows stay within its budget; the start-up check is the scan's own
+        assert oracle.quotas.rows.by_attack["t"] <= budget and oracle.quotas.used <= budget + 1
+        assert srv.rows == victim.backend.stats.rows_sent <= budget + 1
         assert 1 + 500 > srv.requests > 30  # it stopped at the budget, long before the end
         assert view.queries == 0  # nothing of the failed batch reached the attacker
         stats = victim.backend.stats_for("t")
@@ -180,13 +195,14 @@ def test_budget_is_never_exceeded_whatever_the_faults_and_a_starved_attack_says_
 
 def test_a_budget_spent_without_faults_stops_by_budget():
     with FaultServer(lambda i: "ok") as srv:
-        oracle, victim = remote(srv.url, budget=11)
+        oracle, victim = remote(srv.url, budget=10)
         view = oracle.view("t")
         view.predict(torch.zeros(10, D, dtype=torch.float64))
         with pytest.raises(BudgetExhausted) as err:
             view.predict(torch.zeros(1, D, dtype=torch.float64))
         assert err.value.stopped_by == "budget"
-        assert view.queries == 10 and srv.rows == 11 == oracle.ledger.used
+        # the start-up check (1 row) is the scan's, not the attacker's
+        assert view.queries == 10 and srv.rows == 11 == oracle.quotas.used
 
 
 def test_retry_after_is_honoured():
@@ -214,7 +230,7 @@ def test_permanent_faults_end_with_a_clear_error_naming_the_endpoint(fault, word
         assert err.value.stopped_by == stopped_by
         msg = str(err.value)
         assert srv.url in msg and all(w in msg for w in words), msg
-        assert srv.requests == 1 + 3 and oracle.ledger.used == 1 + 3 * 2
+        assert srv.requests == 1 + 3 and oracle.quotas.used == 1 + 3 * 2
 
 
 @pytest.mark.parametrize("fault, words", [
@@ -260,9 +276,9 @@ def test_endpoint_quota_429_ends_the_attack_honestly():
 
 
 def test_token_never_appears_in_errors_even_when_the_server_echoes_it(monkeypatch):
-    monkeypatch.setenv("LM_TEST_TOKEN", TOKEN)
+    monkeypatch.setenv("LEAKMETER_TEST_TOKEN", TOKEN)
     with FaultServer(lambda i: "ok" if i == 0 else "echo401") as srv:
-        oracle, victim = remote(srv.url, auth_env="LM_TEST_TOKEN")
+        oracle, victim = remote(srv.url, auth_env="LEAKMETER_TEST_TOKEN")
         with pytest.raises(EndpointRefused) as err:
             oracle.view("t").predict(torch.zeros(2, D, dtype=torch.float64))
     text = str(err.value) + repr(err.value) + repr(victim.backend) + repr(victim.record)
@@ -271,9 +287,9 @@ def test_token_never_appears_in_errors_even_when_the_server_echoes_it(monkeypatc
 
 
 def test_missing_token_variable_is_bad_input(monkeypatch):
-    monkeypatch.delenv("LM_TEST_TOKEN", raising=False)
-    with pytest.raises(BadInput, match="LM_TEST_TOKEN is not set"):
-        remote("http://127.0.0.1:9/invocations", auth_env="LM_TEST_TOKEN")
+    monkeypatch.delenv("LEAKMETER_TEST_TOKEN", raising=False)
+    with pytest.raises(BadInput, match="LEAKMETER_TEST_TOKEN is not set"):
+        remote("http://127.0.0.1:9/invocations", auth_env="LEAKMETER_TEST_TOKEN")
 
 
 def test_json_protocol_with_template_and_response_path():
@@ -300,3 +316,122 @@ def test_mid_run_failure_marks_the_attack_error(tmp_path):
     a = report["attacks"][0]
     assert a["status"] == "error" and "NaN" in a["reason"] and srv.url in a["reason"]
     assert report["victim"]["truth_available"] is False
+
+
+class RawServer:
+    """A socket server on 127.0.0.1 answering every connection with `reply(conn)` in a thread
+    (a hostile endpoint: trickled bytes, oversized bodies). Stops within a bounded time."""
+
+    def __init__(self, reply):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.1)
+        self.reply = reply
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}/invocations"
+
+    def _serve(self):
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn):
+        try:
+            conn.settimeout(5)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = int(next(ln.split(b":")[1] for ln in head.split(b"\r\n")
+                              if ln.lower().startswith(b"content-length")))
+            while len(body) < length:
+                body += conn.recv(65536)
+            n = len(json.loads(body)["inputs"])
+            self.reply(conn, n, self.stop)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(timeout=5)
+        self.sock.close()
+
+
+def _answer(n: int) -> bytes:
+    return json.dumps({"predictions": softmax_rows(np.zeros((n, D))).tolist()}).encode()
+
+
+def _whole(conn, n: int) -> None:
+    body = _answer(n)
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+
+
+def _trickle(part: str):
+    """A reply that sends its headers (part="head") or its body (part="body") 1 byte per 0.25 s
+    (the one-row start-up check is answered at once)."""
+    def reply(conn, n, stop):
+        if n == 1:
+            return _whole(conn, 1)
+        body = _answer(n)
+        head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        slow, fast = (head.encode(), body) if part == "head" else (b"", head.encode() + body)
+        if part == "body":
+            conn.sendall(fast[: len(head) + 2])
+            slow = fast[len(head) + 2 :]
+        for i in range(len(slow)):
+            if stop.wait(0.25):
+                return
+            conn.sendall(slow[i : i + 1])
+        if part == "head":
+            conn.sendall(body)
+
+    return reply
+
+
+@pytest.mark.parametrize("part", ["body", "head"])
+def test_a_trickled_answer_ends_at_the_deadline(part):
+    """Each byte arrives well within timeout_s (the read timeout restarts on every byte): only
+    the total deadline per request ends it, as a transport fault."""
+    with RawServer(_trickle(part)) as srv:
+        oracle, victim = remote(srv.url, retries=1, timeout_s=1.0, deadline_s=1.5)
+        t0 = time.monotonic()
+        with pytest.raises(EndpointFaults) as err:
+            oracle.view("t").predict(torch.zeros(2, D, dtype=torch.float64))
+        took = time.monotonic() - t0
+    assert "no whole answer within 1.5 s" in str(err.value) and "2 attempts" in str(err.value)
+    assert took < 2 * 1.5 + 2.0, took  # two attempts, each cut at its deadline
+    assert victim.backend.stats.faults.get("deadline") == 2
+
+
+@pytest.mark.parametrize("framing", ["length", "close"])
+def test_an_oversized_answer_is_refused_without_reading_it_all(framing):
+    big = b'{"predictions": [' + b"0.5, " * 600_000 + b"0.5]}"  # ~3 MB
+
+    def reply(conn, n, stop):
+        if n == 1:  # the start-up check gets a real answer
+            return _whole(conn, 1)
+        length = b"Content-Length: %d\r\n" % len(big) if framing == "length" else b"Connection: close\r\n"
+        try:
+            conn.sendall(b"HTTP/1.1 200 OK\r\n" + length + b"\r\n" + big)
+        except OSError:
+            pass  # the client hung up: it read no further than its limit
+
+    with RawServer(reply) as srv:
+        oracle, victim = remote(srv.url, retries=0, max_response_mb=1)
+        with pytest.raises(EndpointError, match="more than 1 MiB") as err:
+            oracle.view("t").predict(torch.zeros(2, D, dtype=torch.float64))
+    assert not isinstance(err.value, EndpointFaults)  # not retried: the same answer would come back

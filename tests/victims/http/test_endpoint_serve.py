@@ -190,11 +190,11 @@ def test_cli_serve_and_scan_never_reveal_the_token(tmp_path, monkeypatch, tracki
     uri = tracking_uri
     try:
         scan_file = _write(tmp_path / "scan.yaml", with_endpoint(
-            spec, f"http://127.0.0.1:{port}/invocations", auth_env="LM_TOKEN"))
-        monkeypatch.setenv("LM_TOKEN", TOKEN)
+            spec, f"http://127.0.0.1:{port}/invocations", auth_env="LEAKMETER_T_TOKEN"))
+        monkeypatch.setenv("LEAKMETER_T_TOKEN", TOKEN)
         ok = CliRunner().invoke(main, ["scan", str(scan_file), "--tracking-uri", uri,
                                        "--out", str(tmp_path / "out"), "--json", "r.json"])
-        monkeypatch.setenv("LM_TOKEN", TOKEN[::-1])  # a wrong token: 401 at start → exit 2
+        monkeypatch.setenv("LEAKMETER_T_TOKEN", TOKEN[::-1])  # a wrong token: 401 at start → exit 2
         bad = CliRunner().invoke(main, ["scan", str(scan_file), "--tracking-uri", uri])
     finally:
         proc.terminate()
@@ -223,10 +223,11 @@ def test_cli_serve_and_scan_never_reveal_the_token(tmp_path, monkeypatch, tracki
                 assert secret.encode() not in f.read_bytes(), f
 
 
-def test_the_start_up_check_is_not_an_earlier_attack_spending_the_budget(tmp_path):
-    """Behind an endpoint the start-up check is charged to the budget before any attack: the one
-    attack the budget then stops still started with all the attacks' share, so it is `ok`
-    (the defense held), not `incomplete` as one starved by earlier attacks would be."""
+def test_the_start_up_check_and_verification_probes_are_the_scans_not_an_attackers(tmp_path):
+    """Behind an endpoint the start-up check and the black-box verification probes are the scan's
+    own rows: they count in the run's total, never against an attacker's budget. The attack the
+    budget stops sent its whole budget; the surrogate the runner adds to check that stop faces
+    the whole budget too."""
     s = digits(defenses={"query_budget": 150})
     served, _ = build_served(scenario_from_dict(s))
     server = VictimServer(served).start()
@@ -234,7 +235,10 @@ def test_the_start_up_check_is_not_an_earlier_attack_spending_the_budget(tmp_pat
         rep = run_scenario(scenario_from_dict(with_endpoint(s, server.url)), out=tmp_path / "o")
     finally:
         server.close()
-    (a,) = rep["attacks"]
-    assert 0 < rep["queries_sent_total"] - a["queries_sent"]  # the start-up check was charged
-    assert rep["queries_sent_total"] <= 150
-    assert a["status"] == "ok" and a["stopped_by"] == "budget", a["reason"]
+    a, sur = rep["attacks"]
+    assert a["stopped_by"] == "budget" and 0 < a["queries_sent"] <= 150, a["reason"]
+    assert sur["added_by"] == "budget check" and 0 < sur["queries_sent"] <= 150
+    probes = int(sur["metrics"].get("blackbox_probes", 0))
+    startup = rep["queries_sent_total"] - a["queries_sent"] - sur["queries_sent"] - probes
+    assert startup > 0 and probes > 0  # the start-up check and the probes were sent and counted
+    assert a["budget_held"] is (None if sur["status"] != "ok" else sur["risk"] != "high")

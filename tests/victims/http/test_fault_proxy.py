@@ -141,9 +141,9 @@ def serve(tmp_path_factory):
 
 def scan(url: str, key: str, budget: int, tmp_path, name: str, retries: int = 3):
     """Run the attack through `url` in process; returns (report entry, report, backend)."""
-    os.environ["LM_FP_TOKEN"] = key
+    os.environ["LEAKMETER_FP_TOKEN"] = key
     data = json.loads(json.dumps(SERVED))
-    data["victim"]["endpoint"] = {"url": url, "auth_env": "LM_FP_TOKEN", "max_batch": 4,
+    data["victim"]["endpoint"] = {"url": url, "auth_env": "LEAKMETER_FP_TOKEN", "max_batch": 4,
                                   "retries": retries, "backoff_s": 0.001, "timeout_s": 5}
     data["defenses"] = {"query_budget": budget}
     s = scenario_from_dict(data)

@@ -100,11 +100,11 @@ def _everything(tmp_path: Path, uri: str, outputs: list[str]) -> list[tuple[str,
 
 @pytest.mark.parametrize("credential", ["token", pytest.param("userinfo", marks=pytest.mark.slow)])
 def test_no_secret_reaches_any_output_report_or_mlflow_record(credential, tmp_path, tracking_uri):
-    env = {**os.environ, "LEAKMETER_THREADS": "1", "LM_SECRET_TOKEN": TOKEN}
+    env = {**os.environ, "LEAKMETER_THREADS": "1", "LEAKMETER_SECRET_TOKEN": TOKEN}
     with EchoServer(good=4) as srv:
         base = f"127.0.0.1:{srv.port}/invocations?api_key={QUERY_KEY}&v=1"
         if credential == "token":
-            scen = _scenario(tmp_path, f"http://{base}", auth_env="LM_SECRET_TOKEN")
+            scen = _scenario(tmp_path, f"http://{base}", auth_env="LEAKMETER_SECRET_TOKEN")
         else:
             scen = _scenario(tmp_path, f"http://{USER}:{PASSWORD.replace('/', '%2F')}@{base}")
         run = _leakmeter(["run", str(scen), "--tracking-uri", tracking_uri, "--out", "out", "--json",
@@ -124,10 +124,10 @@ def test_no_secret_reaches_any_output_report_or_mlflow_record(credential, tmp_pa
 
 
 def test_token_and_userinfo_together_is_exit_2_and_nothing_is_sent(tmp_path):
-    env = {**os.environ, "LEAKMETER_THREADS": "1", "LM_SECRET_TOKEN": TOKEN}
+    env = {**os.environ, "LEAKMETER_THREADS": "1", "LEAKMETER_SECRET_TOKEN": TOKEN}
     with EchoServer() as srv:
         scen = _scenario(tmp_path, f"http://{USER}:pw-Zr44-x@127.0.0.1:{srv.port}/invocations",
-                         auth_env="LM_SECRET_TOKEN")
+                         auth_env="LEAKMETER_SECRET_TOKEN")
         res = _leakmeter(["validate", str(scen)], tmp_path, env)
     assert res.returncode == 2 and "one of them" in res.stderr
     assert srv.requests == 0

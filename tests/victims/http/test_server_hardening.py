@@ -4,6 +4,7 @@ a spent per-key quota. Bounded in count and time."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -12,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import requests
 import yaml
@@ -181,3 +183,95 @@ def test_four_200mb_bodies_get_413_and_the_server_does_not_grow(server):
     assert codes == [413] * 4
     assert growth_mb <= 50
     assert _post(port, json={"inputs": ROW}).status_code == 200  # and it still answers
+
+
+def _serve_process(tmp_path, *args, dtype: str = "float64"):
+    path = tmp_path / "serve.yaml"
+    data = yaml.safe_load(yaml.safe_dump(SCENARIO))
+    data["victim"]["training"]["dtype"] = dtype
+    path.write_text(yaml.safe_dump(data))
+    env = {**os.environ, "LEAKMETER_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", "from harness.cli import main; main()", "serve",
+                             str(path), "--port", "0", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    line = proc.stdout.readline()
+    assert "serving" in line, (line, proc.stderr.read()[-2000:] if proc.poll() is not None else "")
+    return proc, int(line.split("127.0.0.1:")[1].split("/")[0])
+
+
+def _stop(proc) -> str:
+    proc.terminate()
+    try:
+        _, err = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    return err
+
+
+def test_extreme_inputs_are_4xx_with_no_traceback(tmp_path):
+    """Inputs of ±1e308 overflow a float32 model: 422, never a 500 with a traceback on stderr;
+    220 fuzzed bodies (extreme, tiny, mixed-sign, ragged, typed wrong) never see a 5xx."""
+    proc, port = _serve_process(tmp_path, "--log", dtype="float32")
+    rng = np.random.default_rng(0)
+    codes = []
+    try:
+        session = requests.Session()
+        url = f"http://127.0.0.1:{port}/invocations"
+        for i in range(220):
+            scale = [1e308, -1e308, 1e300, 1e-308, 5e-324, 1.0][i % 6]
+            rows = (rng.standard_normal((1 + i % 3, 64)) * scale).tolist()
+            if i % 11 == 0:
+                rows = [[1e308] * 64]
+            if i % 13 == 0:
+                rows = [[0.0] * (63 + i % 3)]
+            if i % 17 == 0:
+                rows = [["1e308"] * 64]
+            codes.append(session.post(url, data=json.dumps({"inputs": rows}),
+                                      headers={"Content-Type": "application/json"}, timeout=10).status_code)
+        extreme = session.post(url, json={"inputs": [[1e308] * 64]}, timeout=10)
+    finally:
+        err = _stop(proc)
+    assert extreme.status_code == 422 and "not finite" in extreme.json()["message"]
+    assert not [c for c in codes if c >= 500], sorted(set(codes))
+    assert 200 in codes and 422 in codes
+    assert "Traceback" not in err and "Exception" not in err, err[-2000:]
+
+
+def test_slow_bodies_do_not_make_a_legitimate_client_wait(server):
+    """8 connections sending their bodies at 1 byte/s used to hold every reading slot: a normal
+    client got 503 after waiting 10 s. Now a slow sender holds only the bytes it sent."""
+    _, port = server
+    slow = []
+    try:
+        for _ in range(8):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Authorization: Bearer " + KEY.encode() + b"\r\nContent-Length: 5000\r\n\r\n{")
+            slow.append(s)
+        stop = threading.Event()
+
+        def drip():
+            while not stop.wait(1.0):
+                for s in slow:
+                    try:
+                        s.sendall(b" ")
+                    except OSError:
+                        pass
+
+        dripper = threading.Thread(target=drip, daemon=True)
+        dripper.start()
+        time.sleep(1.5)  # the slow bodies are being read
+        session = requests.Session()
+        results = []
+        for _ in range(7):
+            t0 = time.perf_counter()
+            r = session.post(f"http://127.0.0.1:{port}/invocations", json={"inputs": ROW}, timeout=30,
+                             headers={"Authorization": f"Bearer {KEY}"})
+            results.append((r.status_code, time.perf_counter() - t0))
+        stop.set()
+        dripper.join()
+    finally:
+        for s in slow:
+            s.close()
+    assert [c for c, _ in results] == [200] * 7, results  # the wait: benchmarks/server_hardening.py

@@ -1,0 +1,81 @@
+"""What a run writes: the scenario and each attack's nested run in MLflow, the report files
+(report.json, report.md, report.html, the `--json` copy) and the run's summary metrics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.attacks.base import Artifact
+from harness.scenario import Scenario, flatten
+from reports import render
+from reports.html import write_html
+from reports.tracking import Tracker
+from reports.verdict import VERDICT_CODES
+from victims.http.secrets import SECRETS
+
+
+def log_scenario(tracker: Tracker, parent: str | None, s: Scenario, source: str | None) -> None:
+    """The scenario's public settings as params, and its text (comments kept when nothing was
+    redacted) as scenario.yaml."""
+    public = s.public_dump()
+    tracker.params(parent, flatten(public))
+    if source and public == s.model_dump(mode="json"):  # nothing to redact: keep comments
+        tracker.text(parent, source, "scenario.yaml")
+    else:
+        tracker.text(parent, yaml.safe_dump(public, sort_keys=False), "scenario.yaml")
+
+
+def log_attack(tracker: Tracker, run_id: str | None, entry: dict[str, Any],
+               art: Artifact | None) -> None:
+    """Params, metrics, tags, files and curves of one attack's nested run."""
+    tracker.params(run_id, {f"params.{k}": v for k, v in flatten(entry["params"]).items()})
+    curves = art.data.get("curves", {}) if art else {}
+    tracker.metrics(run_id, {k: v for k, v in {**entry["metrics"], "wall_s": entry["wall_s"]}.items()
+                             if k not in curves})  # a curve's own points carry its final value
+    tracker.tags(run_id, {"status": entry["status"], "stopped_by": entry.get("stopped_by") or "",
+                          "risk": entry.get("risk") or "", "reason": entry.get("reason", "")})
+    for f in (art.files.values() if art else []):
+        tracker.artifact(run_id, f)
+    for key, pts in (art.data.get("curves", {}) if art else {}).items():
+        tracker.curve(run_id, key, pts)
+
+
+def finish(report: dict[str, Any], s: Scenario, tracker: Tracker, parent: str | None,
+            outdir: Path, json_path: str | Path | None, status: str) -> None:
+    """Write the report files, log them and the summary to MLflow, and end the parent run."""
+    report["mlflow_run_id"] = parent
+    report["tracking_uri"] = SECRETS.scrub(tracker.uri) if tracker.enabled else None  # after scrub_in_place
+    try:
+        render.write_json(report, outdir / "report.json")
+        render.write_text(outdir / "report.md", render.to_markdown(report))
+        write_html(report, outdir / "report.html", s.public_dump())
+        if json_path:
+            render.write_json(report, json_path)
+        tracker.metrics(parent, summary_metrics(report))
+        tracker.tags(parent, {"verdict": report["verdict"], "risk": report.get("risk") or "none"})
+        for name in ("report.json", "report.md"):
+            tracker.artifact(parent, outdir / name)
+        for extra in sorted(outdir.glob("*.png")) + sorted(outdir.glob("*.html")):
+            tracker.artifact(parent, extra)
+    finally:
+        tracker.end(parent, status)
+
+
+def summary_metrics(report: dict[str, Any]) -> dict[str, float]:
+    metrics = {f"victim_{k}": v for k, v in report["victim"].items()
+               if isinstance(v, int | float) and not isinstance(v, bool)}
+    metrics["queries_total"] = report.get("queries_total", 0)
+    if report.get("verdict") in VERDICT_CODES:  # the tag as a number, for charts and comparisons
+        metrics["verdict_code"] = VERDICT_CODES[report["verdict"]]
+    if report.get("privacy"):
+        metrics["dp_epsilon"] = report["privacy"]["epsilon"]
+    for a in report["attacks"]:
+        for k, v in a.get("metrics", {}).items():
+            metrics[f"{a['name']}.{k}"] = v
+    for r in report.get("rero", []):
+        if "metric" in r:
+            metrics[r["metric"]] = r["gamma"]
+    return metrics
