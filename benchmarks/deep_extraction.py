@@ -37,11 +37,15 @@ ROOT = Path(__file__).resolve().parents[1]
 # the checkout first: tests/victims/ (no __init__) must not shadow the victims package
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+import harness  # noqa: E402,F401  (pins BLAS/OpenMP threads before torch is imported)
 import torch  # noqa: E402
 from attack_direct import run_direct  # noqa: E402
 
 from harness.attacks.extraction.precision_bits import significant  # noqa: E402
 from harness.scenario import scenario_from_dict  # noqa: E402
+from harness.threads import pin_threads  # noqa: E402
+
+pin_threads()  # torch's own pools too: 2 threads on a tiny matmul cost ~7× one here
 
 OUT = Path(tempfile.mkdtemp(prefix="leakmeter-deep-"))
 PAPER = {"10-10-10-1": 16.0, "10-20-20-1": 17.1, "40-20-10-10-1": 17.8, "80-40-20-1": 18.5}
