@@ -30,7 +30,7 @@ from harness.attacks.extraction.deep_model import DeepReluNet, KnownLayers
 from harness.attacks.extraction.layer_signs import apply_signs, solve_signs
 from harness.attacks.extraction.neuron_walk import SurfaceFollower
 from harness.attacks.gradients import AnswerNoise
-from harness.errors import PrecisionLimit, TimeLimit
+from harness.errors import AttackStopped, PrecisionLimit, TimeLimit
 
 
 @dataclass
@@ -58,6 +58,7 @@ class Progress:
     notes: list[str] = field(default_factory=list)
     signs_clean: bool = True
     rebuilds: int = 0
+    capped: list[str] = field(default_factory=list)  # own limits reached while still finding neurons
 
 
 class DeepExtraction:
@@ -73,6 +74,7 @@ class DeepExtraction:
         self.layer: list[torch.Tensor] = []
         self.archive: list[Candidate] = []  # every critical point walked from, kept for rebuilds
         self.t0 = time.perf_counter()
+        self.stale = False
         arch = getattr(getattr(ctx, "threat", None), "architecture", None)
         self.widths = list(arch.hidden) if arch is not None and getattr(arch, "hidden", None) else None
 
@@ -140,6 +142,9 @@ class DeepExtraction:
             self.reopen()
             lines += 1
             quiet = 0 if len(self.layer) > before else quiet + 1
+        if quiet < self.p.quiet_lines and not (want is not None and len(self.layer) >= want):
+            self.state.capped.append(f"max_lines = {self.p.max_lines} lines for layer {known.depth + 1} "
+                                     f"while its last {quiet + 1} line(s) still brought new neurons")
         return len(self.layer)
 
     def consider(self, cand: Candidate) -> None:
@@ -166,13 +171,21 @@ class DeepExtraction:
         self.pending.append(cand)
         self.state.deeper += 1
 
+    @staticmethod
+    def verified(follower, theta: torch.Tensor) -> tuple[bool, list[torch.Tensor]]:
+        """Does the surface θ hold where it predicts critical points far away (3 checks seen on
+        it, none off it, one missing at most; four more when the first four saw too little)?
+        Returns that and the critical points located."""
+        passed, off, missing, located = follower.verify(theta)
+        if passed < 3 and off == 0 and missing <= 1:  # checks that saw nothing: four more
+            p2, o2, m2, l2 = follower.verify(theta)
+            passed, off, missing, located = passed + p2, off + o2, missing + m2, located + l2
+        return passed >= 3 and off == 0 and missing <= 1, located
+
     def accept(self, walk) -> bool:
         """Check a determined surface far away; keep it (polished) as a neuron of the layer."""
-        passed, off, missing, located = self.follower.verify(walk.theta)
-        if passed < 3 and off == 0 and missing <= 1:  # checks that saw nothing: four more
-            p2, o2, m2, l2 = self.follower.verify(walk.theta)
-            passed, off, missing, located = passed + p2, off + o2, missing + m2, located + l2
-        if passed >= 3 and off == 0 and missing <= 1:
+        ok, located = self.verified(self.follower, walk.theta)
+        if ok:
             self.layer.append(self._polish(walk, located))
             self.follower.signs = self.known_signs()
             return True
@@ -313,7 +326,11 @@ class DeepExtraction:
             self.push_layer()
             st.model, st.check_error = self.fit_output()
             self.ctx.keep(self.artifact())
-            if st.check_error <= self.check_tol or attempt == self.p.recover_lines:
+            if st.check_error <= self.check_tol:
+                return None
+            if attempt == self.p.recover_lines:  # every line so far found neurons: more may
+                st.capped.append(f"recover_lines = {self.p.recover_lines} lines through the worst "
+                                 f"check point of layer {before.depth + 1}, each finding neurons")
                 return None
             st.known = before.copy()
             self.follower = SurfaceFollower(self.oracle, st.known, self.noise, self.explain, self.gen)
@@ -368,8 +385,7 @@ class DeepExtraction:
             walk = follower.follow(cand.x, cand.normal)
             if walk.theta is None:
                 continue
-            passed, off, missing, _ = follower.verify(walk.theta)
-            if passed >= 3 and off == 0 and missing <= 1:
+            if self.verified(follower, walk.theta)[0]:  # as a neuron of this layer is accepted
                 return depth, walk.theta, sub
         return None
 
@@ -383,6 +399,7 @@ class DeepExtraction:
             row, _, bias = sub.split(theta[None])
         st.known = before.prefix(depth + 1)
         st.known.extend_top(row, bias)
+        self.stale = True  # the model (and its check) are of the layers before the rebuild
         st.rebuilds += 1
         st.notes.append(f"layer {depth + 1}: a neuron missed there was found through the worst "
                         f"check point; the layers above it were extracted again")
@@ -413,12 +430,20 @@ class DeepExtraction:
     def run(self) -> Artifact:
         st = self.state
         try:
-            while st.known.depth <= self.p.max_depth:
+            while st.known.depth < self.p.max_depth:
                 q0, t0 = self.oracle.queries, time.perf_counter()
                 if not self.extract_layer():
+                    if self.stale:  # the top layer was rebuilt with a missed neuron: refit the output
+                        self.stale = False
+                        st.model, st.check_error = self.fit_output()
+                        self.ctx.keep(self.artifact())
+                        if st.check_error <= self.check_tol:
+                            return self.artifact()
                     # nothing on top of these layers: maybe one of them misses a neuron
                     hit = self.missing_below() if st.rebuilds < self.p.max_rebuilds else None
                     if hit is None:
+                        if st.rebuilds >= self.p.max_rebuilds:
+                            st.capped.append(f"max_rebuilds = {self.p.max_rebuilds}")
                         break
                     self.rebuild(*hit, st.known.copy())
                     continue
@@ -429,8 +454,13 @@ class DeepExtraction:
                 if hit is not None and st.rebuilds < self.p.max_rebuilds:
                     self.rebuild(*hit, before)
                     continue
+                if hit is not None:
+                    st.capped.append(f"max_rebuilds = {self.p.max_rebuilds} with a missed neuron of "
+                                     f"layer {hit[0] + 1} found")
                 if st.check_error <= self.check_tol:
                     return self.artifact()
+            else:
+                st.capped.append(f"max_depth = {self.p.max_depth} hidden layers")
             if st.known.depth == 0:
                 st.model, st.check_error = self.fit_output()
         except rl.OutOfBudget as exc:
@@ -440,6 +470,12 @@ class DeepExtraction:
             exc.artifact = self.artifact("time", str(exc))
             raise
         art = self.artifact()
+        if st.check_error > self.check_tol and st.capped:
+            # its own limits, not the answers: more lines, depth or rebuilds might have finished it
+            raise AttackStopped(
+                f"stopped at its own limits ({'; '.join(dict.fromkeys(st.capped))}) with the extracted "
+                f"network missing fresh queries (max relative error {st.check_error:.3g} > "
+                f"{self.check_tol:.3g}) after {st.known.depth} layer(s)", stopped_by="cap", artifact=art)
         if st.check_error > self.check_tol:
             raise PrecisionLimit(
                 f"the extracted network disagrees with the API on fresh queries (max relative error "
