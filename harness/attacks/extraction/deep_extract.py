@@ -172,19 +172,19 @@ class DeepExtraction:
         self.state.deeper += 1
 
     @staticmethod
-    def verified(follower, theta: torch.Tensor) -> tuple[bool, list[torch.Tensor]]:
+    def verified(follower, walk) -> tuple[bool, list[torch.Tensor]]:
         """Does the surface θ hold where it predicts critical points far away (3 checks seen on
         it, none off it, one missing at most; four more when the first four saw too little)?
         Returns that and the critical points located."""
-        passed, off, missing, located = follower.verify(theta)
+        passed, off, missing, located = follower.verify(walk.theta, near=walk.points)
         if passed < 3 and off == 0 and missing <= 1:  # checks that saw nothing: four more
-            p2, o2, m2, l2 = follower.verify(theta)
+            p2, o2, m2, l2 = follower.verify(walk.theta, near=walk.points)
             passed, off, missing, located = passed + p2, off + o2, missing + m2, located + l2
         return passed >= 3 and off == 0 and missing <= 1, located
 
     def accept(self, walk) -> bool:
         """Check a determined surface far away; keep it (polished) as a neuron of the layer."""
-        ok, located = self.verified(self.follower, walk.theta)
+        ok, located = self.verified(self.follower, walk)
         if ok:
             self.layer.append(self._polish(walk, located))
             self.follower.signs = self.known_signs()
@@ -385,7 +385,7 @@ class DeepExtraction:
             walk = follower.follow(cand.x, cand.normal)
             if walk.theta is None:
                 continue
-            if self.verified(follower, walk.theta)[0]:  # as a neuron of this layer is accepted
+            if self.verified(follower, walk)[0]:  # as a neuron of this layer is accepted
                 return depth, walk.theta, sub
         return None
 

@@ -387,18 +387,24 @@ class SurfaceFollower:
         return None
 
     # ----------------------------------------------------------------- the check far away
-    def surface_points(self, theta: torch.Tensor, count: int, tries: int = 24
-                       ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def surface_points(self, theta: torch.Tensor, count: int, tries: int = 24,
+                       near: list[torch.Tensor] | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Up to `count` points of the predicted surface θ·φ = 0 on random Gaussian lines (one per
-        line, off every known boundary), with the predicted normal there; no queries."""
+        line, off every known boundary), with the predicted normal there; no queries. A surface
+        that Gaussian lines seldom cross (a neuron on, or off, almost everywhere) is sought
+        on lines through random points around the critical points `near` (those the walk
+        visited) instead, a distance |x| away, so the crossings are elsewhere on the surface."""
         known, d, dev = self.known, self.known.dim, theta.device
         grid = torch.linspace(-4.0, 4.0, 257, dtype=torch.float64, device=dev)
         out = []
-        for _ in range(tries):
+        for k in range(2 * tries if near else tries):
             if len(out) >= count:
                 break
             u = torch.randn(d, generator=self.gen, dtype=torch.float64).to(dev)
             v = torch.randn(d, generator=self.gen, dtype=torch.float64).to(dev)
+            if k >= tries:  # Gaussian lines missed it: around the walk's points
+                x0 = near[k % len(near)]
+                u = x0 + u / u.norm() * max(1.0, float(x0.norm()))
             z = known.features(u[None] + grid[:, None] * v[None]) @ theta
             change = torch.nonzero(torch.sign(z[:-1]) * torch.sign(z[1:]) < 0).flatten()
             if not len(change):
@@ -424,14 +430,14 @@ class SurfaceFollower:
                 out.append((x, unit(normal)))
         return out
 
-    def verify(self, theta: torch.Tensor, count: int = 4
+    def verify(self, theta: torch.Tensor, count: int = 4, near: list[torch.Tensor] | None = None
                ) -> tuple[int, int, int, list[torch.Tensor]]:
         """(passed, off, missing, located points): the predicted surface checked at `count` points far
         from where it was found (6 queries each). A visible, straight kink off its predicted
         place is a failure (`off`); so, more weakly, is a place with no kink at all where the check
         could have seen one (`missing`): a neuron of the next layer is there, unless no output
         depends on it at that point."""
-        pts = self.surface_points(theta, count)
+        pts = self.surface_points(theta, count, near=near)
         if not pts:
             return 0, 0, 0, []
         x = torch.stack([p for p, _ in pts])
