@@ -30,6 +30,9 @@ from harness.attacks.extraction.deep_model import KnownLayers
 from harness.attacks.extraction.neuron_system import NeuronSystem
 from harness.attacks.gradients import AnswerNoise
 
+FALLBACK_BELOW = 2  # fewer check points than this on Gaussian lines: look around the walk's points
+FALLBACK_REACH = 3.0  # ... through random points 3|x| from them (crossings far from the walk)
+
 
 @dataclass
 class Walk:
@@ -391,9 +394,9 @@ class SurfaceFollower:
                        near: list[torch.Tensor] | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Up to `count` points of the predicted surface θ·φ = 0 on random Gaussian lines (one per
         line, off every known boundary), with the predicted normal there; no queries. A surface
-        that Gaussian lines seldom cross (a neuron on, or off, almost everywhere) is sought
-        on lines through random points around the critical points `near` (those the walk
-        visited) instead, a distance |x| away, so the crossings are elsewhere on the surface."""
+        that no Gaussian line crosses (a neuron on, or off, almost everywhere) is sought on
+        lines through random points around the critical points `near` (those the walk visited)
+        too, 3|x| away, so the crossings are far from where its equations came from."""
         known, d, dev = self.known, self.known.dim, theta.device
         grid = torch.linspace(-4.0, 4.0, 257, dtype=torch.float64, device=dev)
         out = []
@@ -402,9 +405,11 @@ class SurfaceFollower:
                 break
             u = torch.randn(d, generator=self.gen, dtype=torch.float64).to(dev)
             v = torch.randn(d, generator=self.gen, dtype=torch.float64).to(dev)
-            if k >= tries:  # Gaussian lines missed it: around the walk's points
+            if k >= tries and len(out) >= FALLBACK_BELOW:  # Gaussian lines met it often enough
+                break
+            if k >= tries:  # Gaussian lines missed it everywhere: around the walk's points
                 x0 = near[k % len(near)]
-                u = x0 + u / u.norm() * max(1.0, float(x0.norm()))
+                u = x0 + u / u.norm() * FALLBACK_REACH * max(1.0, float(x0.norm()))
             z = known.features(u[None] + grid[:, None] * v[None]) @ theta
             change = torch.nonzero(torch.sign(z[:-1]) * torch.sign(z[1:]) < 0).flatten()
             if not len(change):
