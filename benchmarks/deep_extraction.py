@@ -37,15 +37,13 @@ ROOT = Path(__file__).resolve().parents[1]
 # the checkout first: tests/victims/ (no __init__) must not shadow the victims package
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-import harness  # noqa: E402,F401  (pins BLAS/OpenMP threads before torch is imported)
 import torch  # noqa: E402
-from attack_direct import run_direct  # noqa: E402
+from attack_direct import rounded_victim, run_direct  # noqa: E402
 
-from harness.attacks.extraction.precision_bits import significant  # noqa: E402
 from harness.scenario import scenario_from_dict  # noqa: E402
 from harness.threads import pin_threads  # noqa: E402
 
-pin_threads()  # torch's own pools too: 2 threads on a tiny matmul cost ~7× one here
+pin_threads()  # one torch thread (LEAKMETER_THREADS): two cost ~7× one on these tiny matmuls here
 
 OUT = Path(tempfile.mkdtemp(prefix="leakmeter-deep-"))
 PAPER = {"10-10-10-1": 16.0, "10-20-20-1": 17.1, "40-20-10-10-1": 17.8, "80-40-20-1": 18.5}
@@ -93,22 +91,6 @@ def functional_equivalence(victim, model, samples: int, seed: int) -> tuple[floa
     return worst / rms, found / rms
 
 
-class Rounded:
-    """A backend wrapper whose answers carry `bits` significant bits."""
-
-    def __init__(self, inner, bits: int):
-        self.inner, self.bits = inner, bits
-
-    def predict(self, x, kind):
-        return significant(self.inner.predict(x, kind).double(), self.bits)
-
-    def explain(self, x, kind, gen):
-        return self.inner.explain(x, kind, gen)
-
-    def weights(self):
-        return self.inner.weights()
-
-
 def stop_bits(sizes: str, seed: int, interface: str) -> float | None:
     """The fewest significant bits of the answers (12..53) at which the attack still extracts the
     real victim exactly."""
@@ -118,9 +100,7 @@ def stop_bits(sizes: str, seed: int, interface: str) -> float | None:
     base = build_victim(s)
 
     def ok(bits: int) -> bool:
-        victim = type(base)(Rounded(base.backend, bits), base.truth, base.info, base.utility,
-                            base.record)
-        r = run_direct(s, OUT / f"bits-{time.time_ns()}", victim=victim)
+        r = run_direct(s, OUT / f"bits-{time.time_ns()}", victim=rounded_victim(base, bits))
         return r.status == "ok" and r.stopped_by is None and r.metrics.get("max_rel_error", 1) <= 1e-6
 
     lo, hi = 12, 53

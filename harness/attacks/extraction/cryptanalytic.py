@@ -103,7 +103,11 @@ class Cryptanalytic(Attack):
         return art
 
     def judge(self, m, artifact):
-        return judge_fidelity(m)
+        risk, why = judge_fidelity(m)
+        if "output_bits_needed" in m:  # the rounding defense in bits (issue 27, item 6)
+            why += (f"; it needs answers with ≥ {int(m['output_bits_needed'])} significant bits "
+                    "(rounded coarser, it stops)")
+        return risk, why
 
 
 def coarse_answers(oracle, ctx, params: CryptanalyticParams, noise, explain: bool) -> Artifact:

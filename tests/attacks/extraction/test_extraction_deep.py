@@ -5,7 +5,7 @@ and the deployments outside its assumptions reported as what they are (skipped, 
 import math
 
 import pytest
-from attack_direct import run_direct
+from attack_direct import rounded_victim, run_direct
 
 from harness.scenario import scenario_from_dict
 
@@ -49,6 +49,7 @@ def test_two_hidden_layers_from_gradients_and_from_values(tmp_path):
     assert g.queries < p.queries
 
 
+@pytest.mark.slow
 def test_three_hidden_layers(tmp_path):
     """A 16-10-8-6-1 net (seed 0; narrow deep nets are not all extracted: the README's table)."""
     r = run_direct(deep_net(16, [10, 8, 6]), tmp_path)
@@ -101,16 +102,43 @@ def test_budget_stop_keeps_what_it_has(tmp_path):
     assert r.status == "ok"  # the scenario's own budget: the defense under test
 
 
-def test_queries_and_output_precision_are_reported_in_bits(tmp_path):
-    """log2 of the queries, and the significant bits of the answers the attack needs, measured by
-    replaying it on its own copy with rounded answers: fewer (here 4 decimals of outputs of size
-    ~0.02, about 8 bits) stop it on the real victim."""
-    r = run_direct(deep_net(10, [10, 10], params={"measure_bits": True}), tmp_path)
+def bits_match_the_real_victim(d, hidden, interface, tmp_path):
+    """The output bits the attack reports (replayed on its own copy, no query) against ground
+    truth: the real victim behind answers rounded to that many significant bits is extracted
+    exactly, one bit fewer stops the attack."""
+    r = run_direct(deep_net(d, hidden, interface=interface, params={"measure_bits": True}), tmp_path)
     m = r.metrics
+    assert r.status == "ok" and m["max_rel_error"] <= 1e-6, r.reason
     assert math.isclose(m["log2_queries"], math.log2(r.queries), abs_tol=0.01)
-    assert 12 < m["output_bits_needed"] <= 53
-    coarse = run_direct(deep_net(10, [10, 10], defenses={"rounding": {"decimals": 4}}), tmp_path / "r")
-    assert coarse.stopped_by == "precision"
+    bits = int(m["output_bits_needed"])
+    assert 12 < bits <= 53 and f"{bits} bits" in " ".join(r.artifact.notes)
+    assert f"≥ {bits} significant bits" in r.why  # in the report's reason line
+    s = deep_net(d, hidden, interface=interface)
+    at = run_direct(s, tmp_path / "at", victim=rounded_victim(r.victim, bits))
+    assert at.status == "ok" and at.stopped_by is None and at.metrics["max_rel_error"] <= 1e-6, at.reason
+    below = run_direct(s, tmp_path / "below", victim=rounded_victim(r.victim, bits - 1))
+    assert below.stopped_by == "precision" or below.metrics["max_rel_error"] > 1e-6, below.reason
+    assert below.risk != "high" or below.stopped_by is None  # never a pass on a stopped attack
+    return bits
+
+
+def test_output_bits_needed_are_where_the_real_victim_stops_it(tmp_path):
+    bits_match_the_real_victim(16, [8], "gradient", tmp_path)
+
+
+@pytest.mark.slow
+def test_output_bits_needed_by_a_deep_extraction(tmp_path):
+    """10-10-10-1 through predict: ~45 bits (float64 carries 53, float32 24)."""
+    assert bits_match_the_real_victim(10, [10, 10], "prediction", tmp_path) > 24
+
+
+def test_own_limits_stop_as_cap_with_a_scored_partial_network(tmp_path):
+    """max_depth = 1 against a two-hidden-layer net: the attack's own limit, not the answers'
+    precision nor the defense: incomplete, `stopped_by: cap`, the one-layer network scored."""
+    r = run_direct(deep_net(10, [10, 10], params={"max_depth": 1}), tmp_path)
+    assert r.status == "incomplete" and r.stopped_by == "cap", (r.status, r.reason)
+    assert "max_depth = 1" in r.reason and r.metrics["layers_found"] == 1
+    assert "output_error" in r.metrics and r.risk in ("low", "medium")
 
 
 @pytest.mark.slow
