@@ -325,7 +325,7 @@ class DeepExtraction:
             st.known = before.copy()
             self.push_layer()
             st.model, st.check_error = self.fit_output()
-            self.ctx.keep(self.artifact())
+            self.keep()
             if st.check_error <= self.check_tol:
                 return None
             if attempt == self.p.recover_lines:  # every line so far found neurons: more may
@@ -406,6 +406,15 @@ class DeepExtraction:
         self.pending = [Candidate(c.x, c.normal) for c in self.archive]
         del st.layer_queries[depth + 1:], st.layer_seconds[depth + 1:]
 
+    def keep(self) -> None:
+        """Keep the current network for the runner (a stop scores it) and, apart, the one that
+        matched fresh queries best so far (a rebuild that made things worse is not what a failed
+        run reports)."""
+        art = self.artifact()
+        self.ctx.keep(art)
+        if self.state.check_error < getattr(self, "best_error", float("inf")):
+            self.best_error, self.best_art = self.state.check_error, art
+
     # ----------------------------------------------------------------- the run
     def artifact(self, stopped_by: str | None = None, reason: str = "") -> Artifact:
         st = self.state
@@ -436,7 +445,7 @@ class DeepExtraction:
                     if self.stale:  # the top layer was rebuilt with a missed neuron: refit the output
                         self.stale = False
                         st.model, st.check_error = self.fit_output()
-                        self.ctx.keep(self.artifact())
+                        self.keep()
                         if st.check_error <= self.check_tol:
                             return self.artifact()
                     # nothing on top of these layers: maybe one of them misses a neuron
@@ -470,6 +479,11 @@ class DeepExtraction:
             exc.artifact = self.artifact("time", str(exc))
             raise
         art = self.artifact()
+        if st.check_error > getattr(self, "best_error", float("inf")):
+            art = self.best_art  # fewer layers or neurons, but closer to the API than the last try
+            art.notes.append(f"the network kept matched fresh queries best ({self.best_error:.3g}); the "
+                             f"last one, after {st.rebuilds} rebuild(s), missed them by {st.check_error:.3g}")
+            st.check_error = self.best_error
         if st.check_error > self.check_tol and st.capped:
             # its own limits, not the answers: more lines, depth or rebuilds might have finished it
             raise AttackStopped(
