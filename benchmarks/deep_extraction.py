@@ -15,7 +15,8 @@ differences; gradients: `explain`):
   on the real victim (its answers rounded the same way: the measurement on the real API).
 A 64-32-16-10 MLP trained on digits behind the gradient API is extracted last.
 
-    python benchmarks/deep_extraction.py [--seeds 5] [--samples 1048576] [--quick]
+    python benchmarks/deep_extraction.py [--seeds 5] [--samples 1048576] [--nets 10-20-20-1,...]
+                                         [--no-real-bits] [--quick]
 
 --quick runs 10-10-10-1 and 10-20-20-1 on two seeds, with 2^16 samples.
 """
@@ -112,41 +113,50 @@ def stop_bits(sizes: str, seed: int, interface: str) -> float | None:
     return float(hi)
 
 
-def table(sizes_list, seeds: int, samples: int) -> None:
+def table(sizes_list, seeds: int, samples: int, real_bits: bool) -> None:
     cores = f"{torch.get_num_threads()}/{os.cpu_count()}"
-    print("\n## Deep extraction (random float64 nets; success = max_rel_error ≤ 1e-6; "
-          f"ε over {samples} Gaussian inputs, relative to RMS(f))")
+    print("\n## Deep extraction (random float64 nets; success = max_rel_error ≤ 1e-6 on the scorer's "
+          f"held-out and Gaussian inputs; ε over {samples} Gaussian inputs, relative to RMS(f); "
+          "wall and CPU s of one attack, bits measured apart)")
     print(f"{'net':16s} {'iface':10s} {'success':>8s} {'log2 q':>14s} {'paper':>6s} {'wall s':>7s} "
-          f"{'cores':>6s} {'ε (median)':>11s} {'worst found':>11s} {'bits (att.)':>11s} {'bits (real)':>11s}"
-          f"  per-layer log2 q")
+          f"{'cpu s':>6s} {'cores':>6s} {'ε (median)':>11s} {'worst found':>11s} {'bits (att.)':>11s} "
+          f"{'bits (real)':>11s}  per-layer log2 q (seed 0)")
     for sizes in sizes_list:
         for iface in ("prediction", "gradient"):
-            ok, qs, ws, eps, worst, bits, layers = 0, [], [], [], [], [], []
+            ok, qs, ws, cs, eps, worst, layers = 0, [], [], [], [], [], []
             for seed in range(seeds):
-                s = net(sizes, seed, iface, seed == 0)
-                t0 = time.perf_counter()
+                s = net(sizes, seed, iface, False)
+                t0, c0 = time.perf_counter(), time.process_time()
                 r = run_direct(s, OUT / f"{sizes}-{iface}-{seed}")
                 ws.append(time.perf_counter() - t0)
+                cs.append(time.process_time() - c0)
                 m = r.metrics
                 good = r.status == "ok" and r.stopped_by is None and m.get("max_rel_error", 1) <= 1e-6
                 ok += good
                 qs.append(math.log2(max(r.queries, 1)))
-                if "output_bits_needed" in m:
-                    bits.append(m["output_bits_needed"])
                 layers.append([math.log2(max(m[k], 1)) for k in sorted(m) if k.endswith("_queries")
                                and k.startswith("layer")])
+                e = w = float("nan")
                 if r.artifact is not None and r.artifact.data.get("model") is not None:
                     e, w = functional_equivalence(r.victim, r.artifact.data["model"], samples, seed)
                     eps.append(e)
                     worst.append(w)
-            real = stop_bits(sizes, 0, iface)
+                print(f"  {sizes} {iface} seed {seed}: {r.status}"
+                      f"{'' if r.stopped_by is None else ' (' + r.stopped_by + ')'}, log2 q "
+                      f"{qs[-1]:.2f}, max_rel_error {m.get('max_rel_error', float('nan')):.1e}, units "
+                      f"{int(m.get('units_matched', 0))}/{int(m.get('units_true', 0))} (found "
+                      f"{int(m.get('units_found', 0))}), ε {e:.1e}, worst found {w:.1e}, "
+                      f"{ws[-1]:.1f} s wall, {cs[-1]:.1f} s CPU", flush=True)
+            r0 = run_direct(net(sizes, 0, iface, True), OUT / f"{sizes}-{iface}-bits")
+            bits = r0.metrics.get("output_bits_needed")
+            real = stop_bits(sizes, 0, iface) if real_bits else None
             per_layer = " ".join(f"{v:.1f}" for v in layers[0]) if layers and layers[0] else "-"
             print(f"{sizes:16s} {iface:10s} {ok:>4d}/{seeds:<3d} {statistics.mean(qs):5.1f} "
                   f"[{min(qs):.1f}-{max(qs):.1f}] {PAPER.get(sizes, float('nan')):6.1f} "
-                  f"{statistics.mean(ws):7.1f} {cores:>6s} "
+                  f"{statistics.mean(ws):7.1f} {statistics.mean(cs):6.1f} {cores:>6s} "
                   f"{statistics.median(eps) if eps else float('nan'):11.1e} "
                   f"{max(worst) if worst else float('nan'):11.1e} "
-                  f"{bits[0] if bits else float('nan'):11.0f} {real if real else float('nan'):11.0f}"
+                  f"{bits if bits else float('nan'):11.0f} {real if real else float('nan'):11.0f}"
                   f"  {per_layer}", flush=True)
 
 
@@ -165,7 +175,8 @@ def digits_row() -> None:
     print("\n## 64-32-16-10 MLP trained on digits, gradient API (logits)")
     print(f"status {r.status}, max_rel_error {m.get('max_rel_error', float('nan')):.1e}, units "
           f"{int(m.get('units_matched', 0))}/{int(m.get('units_true', 0))}, queries 2^"
-          f"{math.log2(max(r.queries, 1)):.1f}, {time.perf_counter() - t0:.1f} s, output bits needed "
+          f"{math.log2(max(r.queries, 1)):.1f}, {time.perf_counter() - t0:.1f} s (output bits measured too), "
+          f"output bits needed "
           f"{m.get('output_bits_needed', float('nan')):g}")
 
 
@@ -174,11 +185,14 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--samples", type=int, default=2**20)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--nets", default=",".join(PAPER), help="comma-separated sizes (d-h1-...-1)")
+    ap.add_argument("--no-real-bits", action="store_true",
+                    help="skip the bisection of the output bits on the real victim (6 extractions)")
     a = ap.parse_args()
-    sizes = list(PAPER)
+    sizes = a.nets.split(",")
     if a.quick:
         sizes, a.seeds, a.samples = sizes[:2], min(a.seeds, 2), 2**16
-    table(sizes, a.seeds, a.samples)
+    table(sizes, a.seeds, a.samples, not a.no_real_bits)
     digits_row()
 
 
