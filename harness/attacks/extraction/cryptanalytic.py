@@ -141,7 +141,9 @@ def coarse_answers(oracle, ctx, params: CryptanalyticParams, noise, explain: boo
 def architecture_skip(spec) -> str | None:
     """Why a declared architecture is outside the technique (None: a ReLU MLP)."""
     arch = getattr(spec, "arch", None)
-    if arch not in (None, "mlp", "linear", "logistic"):
+    if arch in (None, "file"):  # a user's own model file: its structure is not declared
+        return None
+    if arch not in ("mlp", "linear", "logistic"):
         return f"declared architecture {arch!r} is not a fully connected network (an MLP)"
     acts = getattr(spec, "activation", "relu")
     acts = acts if isinstance(acts, list) else [acts]

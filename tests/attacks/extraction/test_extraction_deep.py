@@ -79,6 +79,18 @@ def test_declines_smooth_activations(tmp_path):
     assert r.status == "skipped" and "tanh" in r.reason and r.queries == 0
 
 
+def test_declines_a_declared_convolutional_network(tmp_path):
+    s = scenario_from_dict({
+        "name": "deep-cnn", "seed": 0, "device": "cpu",
+        "victim": {"model": {"arch": "cnn", "channels": [3], "hidden": [8]},
+                   "data": {"dataset": "digits", "n_train": 100, "attacker_pool": 10},
+                   "training": {"epochs": 1, "dtype": "float64"}},
+        "interface": {"kind": "gradient", "output": "logits"}, "attacker": {"knows_architecture": True},
+        "attacks": [{"name": "cryptanalytic"}], "tracking": {"enabled": False}})
+    r = run_direct(s, tmp_path)
+    assert r.status == "skipped" and "not a fully connected network" in r.reason and r.queries == 0
+
+
 @pytest.mark.parametrize("kw", [{"dtype": "float32"}, {"defenses": {"rounding": {"decimals": 4}}},
                                 {"defenses": {"output_noise": {"sigma": 1e-5}}}])
 def test_coarse_answers_stop_on_precision_with_a_scored_partial_network(kw, tmp_path):
