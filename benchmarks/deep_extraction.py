@@ -4,7 +4,8 @@ Per network of Carlini, Jagielski & Mironov (CRYPTO 2020) Table 1 (random float6
 seeds each, as Foerster et al. (NeurIPS 2024) advise) and per interface (values only: finite
 differences; gradients: `explain`):
 - success: seeds whose extracted network reaches max relative error ≤ 1e-6 on the scorer's held-out
-  and Gaussian inputs;
+  and Gaussian inputs; `ε ≤ 1e-6`: those that also stay within 1e-6 on the large Gaussian sample
+  (a neuron active on a few inputs in 10⁴, never met by the scorer's, shows only there);
 - log2(queries): mean and range over seeds, beside the paper's published count;
 - wall time (s) and the cores used (torch threads / machine cores), and per-layer queries;
 - (ε, δ) sampled functional equivalence: ε = the largest |f̂ − f| / RMS(f) over N Gaussian inputs
@@ -118,12 +119,13 @@ def table(sizes_list, seeds: int, samples: int, real_bits: bool) -> None:
     print("\n## Deep extraction (random float64 nets; success = max_rel_error ≤ 1e-6 on the scorer's "
           f"held-out and Gaussian inputs; ε over {samples} Gaussian inputs, relative to RMS(f); "
           "wall and CPU s of one attack, bits measured apart)")
-    print(f"{'net':16s} {'iface':10s} {'success':>8s} {'log2 q':>14s} {'paper':>6s} {'wall s':>7s} "
+    print(f"{'net':16s} {'iface':10s} {'success':>8s} {'ε ≤ 1e-6':>8s} {'log2 q':>14s} {'paper':>6s} "
+          f"{'wall s':>7s} "
           f"{'cpu s':>6s} {'cores':>6s} {'ε (median)':>11s} {'worst found':>11s} {'bits (att.)':>11s} "
           f"{'bits (real)':>11s}  per-layer log2 q (seed 0)")
     for sizes in sizes_list:
         for iface in ("prediction", "gradient"):
-            ok, qs, ws, cs, eps, worst, layers = 0, [], [], [], [], [], []
+            ok, ok_eps, qs, ws, cs, eps, worst, layers = 0, 0, [], [], [], [], [], []
             for seed in range(seeds):
                 s = net(sizes, seed, iface, False)
                 t0, c0 = time.perf_counter(), time.process_time()
@@ -141,6 +143,7 @@ def table(sizes_list, seeds: int, samples: int, real_bits: bool) -> None:
                     e, w = functional_equivalence(r.victim, r.artifact.data["model"], samples, seed)
                     eps.append(e)
                     worst.append(w)
+                ok_eps += good and e <= 1e-6  # exact on the large sample too (a rare neuron shows there)
                 print(f"  {sizes} {iface} seed {seed}: {r.status}"
                       f"{'' if r.stopped_by is None else ' (' + r.stopped_by + ')'}, log2 q "
                       f"{qs[-1]:.2f}, max_rel_error {m.get('max_rel_error', float('nan')):.1e}, units "
@@ -151,7 +154,8 @@ def table(sizes_list, seeds: int, samples: int, real_bits: bool) -> None:
             bits = r0.metrics.get("output_bits_needed")
             real = stop_bits(sizes, 0, iface) if real_bits else None
             per_layer = " ".join(f"{v:.1f}" for v in layers[0]) if layers and layers[0] else "-"
-            print(f"{sizes:16s} {iface:10s} {ok:>4d}/{seeds:<3d} {statistics.mean(qs):5.1f} "
+            print(f"{sizes:16s} {iface:10s} {ok:>4d}/{seeds:<3d} {ok_eps:>4d}/{seeds:<3d} "
+                  f"{statistics.mean(qs):5.1f} "
                   f"[{min(qs):.1f}-{max(qs):.1f}] {PAPER.get(sizes, float('nan')):6.1f} "
                   f"{statistics.mean(ws):7.1f} {statistics.mean(cs):6.1f} {cores:>6s} "
                   f"{statistics.median(eps) if eps else float('nan'):11.1e} "
