@@ -155,8 +155,8 @@ def test_own_limits_stop_as_cap_with_a_scored_partial_network(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("interface,sizes,paper_bits,at_least", [
-    ("prediction", (10, [20, 20]), 17.1, 3), ("gradient", (10, [20, 20]), 17.1, 3),
-    ("prediction", (40, [20, 10, 10]), 17.8, 3), ("gradient", (40, [20, 10, 10]), 17.8, 4),
+    ("prediction", (10, [20, 20]), 17.1, 5), ("gradient", (10, [20, 20]), 17.1, 5),
+    ("prediction", (40, [20, 10, 10]), 17.8, 3), ("gradient", (40, [20, 10, 10]), 17.8, 5),
     ("prediction", (80, [40, 20]), 18.5, 5), ("gradient", (80, [40, 20]), 18.5, 5)])
 def test_paper_sizes(interface, sizes, paper_bits, at_least, tmp_path):
     """Carlini et al. Table 1's nets, float64, seeds 0-4: max relative error ≤ 1e-6 within their
@@ -171,5 +171,5 @@ def test_paper_sizes(interface, sizes, paper_bits, at_least, tmp_path):
         if r.status == "ok" and m.get("max_rel_error", 1) <= 1e-6:
             exact += 1
         else:
-            assert r.stopped_by == "precision" or r.risk == "high", (seed, r.status, r.reason)
+            assert r.stopped_by in ("precision", "cap") or r.risk == "high", (seed, r.status, r.reason)
     assert exact >= at_least, exact
