@@ -4,7 +4,7 @@ the scored risk, exactly as a report would show them. Shared by the extraction a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,3 +43,29 @@ def run_direct(s, outdir: Path, victim=None, index: int = 0) -> Result:
     return Result(art, entry["metrics"], entry["stopped_by"],
                   entry.get("stop_reason") or entry["reason"], entry["risk"], entry["reason"],
                   entry["queries"], victim, entry["status"])
+
+
+class RoundedBackend:
+    """A victim backend whose `predict` answers carry `bits` significant bits (what a rounding
+    defense in bits would return); explanations and weights pass through."""
+
+    remote = False
+
+    def __init__(self, inner, bits: int):
+        self.inner, self.bits = inner, bits
+
+    def predict(self, x, kind):
+        from harness.attacks.extraction.precision_bits import significant
+
+        return significant(self.inner.predict(x, kind).double(), self.bits)
+
+    def explain(self, x, kind, gen):
+        return self.inner.explain(x, kind, gen)
+
+    def weights(self):
+        return self.inner.weights()
+
+
+def rounded_victim(victim, bits: int):
+    """The same victim behind answers rounded to `bits` significant bits."""
+    return replace(victim, backend=RoundedBackend(victim.backend, bits))

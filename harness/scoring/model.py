@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from harness.attacks.gradients import api_labels
-from harness.scoring import scorer
+from harness.scoring import deep_params, scorer
 
 N_GAUSS = 2000
 N_DATA = 2000
@@ -190,6 +190,9 @@ def score_model(artifact, truth, info) -> dict[str, float]:
     parts = two_layer(truth.model)
     if parts is not None and artifact.data.get("normals") is not None:
         out.update(match_units(*parts, artifact.data["normals"], artifact.data["offsets"]))
+    elif artifact.data.get("layers"):  # a deep network (harness/scoring/deep_params.py)
+        out.update(deep_params.score_layers(truth.model, artifact.data["layers"], space == "centered",
+                                            torch.cat(list(sets.values()))))
     return {k: float(v) for k, v in out.items() if np.isfinite(v) or k == "param_error"}
 
 
