@@ -161,7 +161,10 @@ def verdict_parts(report: dict[str, Any]) -> tuple[str, str, str]:
     if v == "pass":
         ran = [a for a in attacks if a.get("status") == "ok"]
         held = [a for a in ran if a.get("stopped_by") == "budget"]
-        how = ("every requested attack ran to the end" if not held else
+        n_skip = sum(a.get("status") == "skipped" for a in attacks)
+        every = (f"every requested attack that applies ran to the end ({n_skip} did not apply to this "
+                 "deployment; the table says why)" if n_skip else "every requested attack ran to the end")
+        how = (every if not held else
                f"{len(ran) - len(held)} attack(s) ran to the end and {len(held)} were stopped by the "
                f"query budget ({_names(held)}), which a surrogate under the same budget showed to hold")
         return "pass", "PASS", (f"{how}; none reached the policy's failure level ({fail_on}); the "

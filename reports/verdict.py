@@ -64,8 +64,12 @@ def verdict(attacks: list[dict[str, Any]], fail_on: str, run_error: str | None =
     if not any(a.get("status") == "ok" for a in attacks):
         return "inconclusive", risk, "no attack ran: every requested attack was skipped"
     held = [a["name"] for a in attacks if a.get("status") == "ok" and a.get("stopped_by") == "budget"]
-    how = "every requested attack ran" + (
+    skipped = [a["name"] for a in attacks if a.get("status") == "skipped"]
+    how = ("every requested attack that applies ran" if skipped else "every requested attack ran") + (
         f" ({', '.join(held)} stopped by the query budget, which held against a surrogate)" if held else "")
+    if skipped:
+        how += f"; skipped as not applicable: {', '.join(skipped[:4])}" + (
+            f" and {len(skipped) - 4} more" if len(skipped) > 4 else "")
     return "pass", risk, f"{how}; worst risk {risk} is below fail_on ({fail_on})"
 
 

@@ -6,7 +6,7 @@
   at start-up, `read_metadata`; a mismatch with the scenario is bad input, exit 2);
 - `POST {url}/infer` — `{"inputs": [{"name", "shape": [n, d], "datatype": "FP32", "data": [row-major
   flat]}], "outputs": [{"name"}]}` → `{"outputs": [{"name", "shape", "datatype", "data"}]}`;
-  the output tensor is read by name (`output_name`, default: the first) and reshaped, after
+  the output tensor is read by name (`output_name`, default: the metadata's first) and reshaped, after
   checking that its shape matches its data.
 
 FP32 inputs are sent as their float32 values (what the server computes with). Answers of any
@@ -14,7 +14,10 @@ numeric datatype are read (FP16/32/64, INT*, UINT*); BYTES only as Triton's clas
 extension (`classification: k` asks `"parameters": {"classification": k}` on the output and
 reads `"value:index[:label]"` strings into a top-k row: the k values at their class indices, 0
 elsewhere). Explanations (where a server offers them) are asked with the request parameter
-`"explain": kind` and read from an output named `explanation` (else the chosen output).
+`"explain": kind` and read from an output named `explanation` (else the one output that is not
+the prediction's); predictions are read only from the output the metadata names (or
+`output_name`; without metadata outputs, the first answer's name, kept from then on): an answer
+without it is an error, never another tensor read in its place.
 """
 
 from __future__ import annotations
@@ -155,13 +158,24 @@ class OpenInferenceProtocol(WireProtocol):
         outputs = [t for t in payload["outputs"] if isinstance(t, dict)]
         if not outputs:
             raise AnswerError("the response's 'outputs' list is empty")
-        name = EXPLANATION if explain else self.output_name
-        hit = [t for t in outputs if t.get("name") == name] if name else []
-        if name and not hit and not explain:
-            raise AnswerError(f"the response has no output {clip(name, 40)!r} (outputs: {_names(outputs)}; "
-                              "victim.endpoint.output_name)")
-        tensor = hit[0] if hit else outputs[0]
-        return self._tensor(tensor)
+        predicted = self.output_name or self.metadata.get("output")
+        if explain:
+            hit = [t for t in outputs if t.get("name") == EXPLANATION]
+            if not hit and predicted is not None:  # a server's own name: the one non-prediction output
+                others = [t for t in outputs if t.get("name") != predicted]
+                hit = others if len(others) == 1 else []
+            if not hit:
+                raise AnswerError(f"the response has no explanation output (outputs: {_names(outputs)}): "
+                                  "the server may ignore parameters.explain")
+            return self._tensor(hit[0])
+        if predicted is None:  # no outputs in the metadata: the first answer's name, from then on
+            predicted = self.metadata["output"] = str(outputs[0].get("name"))
+        hit = [t for t in outputs if t.get("name") == predicted]
+        if not hit:
+            raise AnswerError(f"the response has no output {clip(predicted, 40)!r} (outputs: "
+                              f"{_names(outputs)}; the model's metadata names it; "
+                              "victim.endpoint.output_name picks another)")
+        return self._tensor(hit[0])
 
     def _tensor(self, t: dict) -> np.ndarray:
         """The tensor's data as an array of its shape; AnswerError when they do not match."""

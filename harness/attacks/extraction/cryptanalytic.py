@@ -41,7 +41,7 @@ from harness.attacks.extraction.gradient_exact import GradientExactParams
 from harness.attacks.extraction.piecewise import linear_pieces_test
 from harness.attacks.extraction.precision_bits import bits_needed
 from harness.attacks.gradients import estimate_noise
-from harness.errors import AttackSkipped, AttackStopped, PrecisionLimit
+from harness.errors import AssumptionViolated, AttackSkipped, AttackStopped, PrecisionLimit
 
 
 class CryptanalyticParams(Params):
@@ -88,8 +88,8 @@ class Cryptanalytic(Attack):
             _, randomized = gradient_tolerance(oracle, ctx.gen)
             explain = not randomized
         why = linear_pieces_test(oracle, noise, ctx.gen)
-        if why:
-            raise AttackSkipped(why)
+        if why:  # a measured guess, not a declared fact: the attack stops, it does not decline
+            raise AssumptionViolated(why)
         if noise.rel >= params.exact_noise or noise.randomized:
             return coarse_answers(oracle, ctx, params, noise, explain)
         check_tol = check_tolerance(noise, params.check_tol, "gradients", oracle.info.dim)
@@ -120,22 +120,25 @@ def coarse_answers(oracle, ctx, params: CryptanalyticParams, noise, explain: boo
     # a smooth net that passed the piecewise test shows kinks everywhere: capped, it stops early
     p = GradientExactParams(max_lines=params.coarse_lines, max_units=256)
     search = "gradients" if explain else "values"
+    caught: AttackStopped | None = None
     try:
         art = extract(oracle, ctx, p, search)
     except AttackStopped as exc:
         art = exc.artifact or ctx.best
         if art is None or exc.stopped_by not in ("precision", "assumption"):
             raise
+        caught = exc  # the kept artifact is an earlier line's: never a normal end
     art.metrics.update(layers_found=1.0, log2_queries=math.log2(max(oracle.queries, 1)))
     art.notes.append(f"{noise.describe()}: only the first layer was sought (a one-hidden-layer "
                      "network fitted); deeper layers need float64-clean answers")
-    if art.stopped_by is None:
-        return art
+    if caught is None and art.stopped_by in (None, "budget"):
+        return art  # matched fresh queries, or the budget stopped it (the runner's surrogate check)
     err = art.metrics.get("self_check_error", float("nan"))
+    why = f" ({caught})" if caught is not None else ""
     raise PrecisionLimit(
         f"the answers are not float64-clean ({noise.describe()}): the exact extraction of layers "
         "beyond the first needs exact critical points; the one-hidden-layer approximation it "
-        f"kept misses fresh queries (max relative error {err:.3g})", artifact=art)
+        f"kept misses fresh queries (max relative error {err:.3g}){why}", artifact=art)
 
 
 def architecture_skip(spec) -> str | None:

@@ -484,13 +484,13 @@ class DeepExtraction:
             art.notes.append(f"the network kept matched fresh queries best ({self.best_error:.3g}); the "
                              f"last one, after {st.rebuilds} rebuild(s), missed them by {st.check_error:.3g}")
             st.check_error = self.best_error
-        if st.check_error > self.check_tol and st.capped:
+        if not st.check_error <= self.check_tol and st.capped:  # NaN fails too
             # its own limits, not the answers: more lines, depth or rebuilds might have finished it
             raise AttackStopped(
                 f"stopped at its own limits ({'; '.join(dict.fromkeys(st.capped))}) with the extracted "
                 f"network missing fresh queries (max relative error {st.check_error:.3g} > "
                 f"{self.check_tol:.3g}) after {st.known.depth} layer(s)", stopped_by="cap", artifact=art)
-        if st.check_error > self.check_tol:
+        if not st.check_error <= self.check_tol:
             raise PrecisionLimit(
                 f"the extracted network disagrees with the API on fresh queries (max relative error "
                 f"{st.check_error:.3g} > {self.check_tol:.3g}) after {st.known.depth} layer(s): "

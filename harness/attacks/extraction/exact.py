@@ -185,7 +185,7 @@ def extract(oracle, ctx, p, search: str) -> Artifact:
         raise AssumptionViolated(f"no ReLU hyperplane found on {state.lines} line(s) (the "
                                  "outputs never bent, or every change failed verification)")
     art = state.artifact(oracle, search, check_tol)
-    if state.err > check_tol:
+    if not state.err <= check_tol:  # a NaN error fails the check too
         art.stopped_by = "precision"
         art.reason = (f"the recovered model disagrees with the API on fresh queries (max relative "
                       f"error {state.err:.3g} > {check_tol:.3g}, the answers' own noise) after "

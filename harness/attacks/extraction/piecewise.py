@@ -50,7 +50,9 @@ def linear_pieces_test(oracle, noise: AnswerNoise, gen: torch.Generator) -> str 
     growth = max(sorted(curvature_growth(oracle, noise, gen, length=length) for _ in range(3))[1]
                  for length in (0.05, 0.5))
     if growth > 3.0:
-        return (f"the outputs are not piecewise linear (second differences grow {growth:.1f}× when "
-                "the spacing doubles, as a smooth function's do, where a ReLU network's stay at "
-                "the answers' noise): not a ReLU network, which this cryptanalytic attack needs")
+        return (f"the outputs look curved at the scales it tests (second differences grow {growth:.1f}× "
+                "when the spacing doubles, as a smooth function's do, where a ReLU network's stay at "
+                "the answers' noise): a smooth activation, or a ReLU network with more kinks than "
+                "the test can resolve; the attack needs ReLU pieces it can see, so it stops (with "
+                "attacker.knows_architecture a declared smooth network is skipped without a query)")
     return None

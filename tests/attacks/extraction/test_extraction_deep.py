@@ -71,9 +71,11 @@ def test_one_hidden_layer_is_extracted_quickly(tmp_path):
     assert r.metrics["layers_found"] == 1 and r.queries < 5000
 
 
-def test_declines_smooth_activations(tmp_path):
+def test_stops_on_smooth_activations_and_declines_declared_ones(tmp_path):
+    # measured, not declared: a guess about the deployment stops the attack (incomplete), it is
+    # never a skip a verdict could pass over
     r = run_direct(deep_net(8, [6, 6], activation="tanh"), tmp_path)
-    assert r.status == "skipped" and "not piecewise linear" in r.reason
+    assert r.status == "incomplete" and r.stopped_by == "assumption" and "look curved" in r.reason
     # declared up front: no query spent
     r = run_direct(deep_net(8, [6, 6], activation="tanh", knows=True), tmp_path / "k")
     assert r.status == "skipped" and "tanh" in r.reason and r.queries == 0
@@ -173,3 +175,13 @@ def test_paper_sizes(interface, sizes, paper_bits, at_least, tmp_path):
         else:
             assert r.stopped_by in ("precision", "cap") or r.risk == "high", (seed, r.status, r.reason)
     assert exact >= at_least, exact
+
+
+@pytest.mark.slow  # ~1M float32 queries on a 64-64-64-64 net (a few seconds alone)
+def test_a_coarse_stop_on_a_later_line_is_never_a_normal_end(tmp_path):
+    """float32 answers of a deep net: the one-layer search raises on its second line (too many
+    hyperplanes for one hidden layer) after keeping the first line's artifact; that artifact is
+    not a normal end: the attack stops on precision, never `ok` after a failed self-check."""
+    r = run_direct(deep_net(64, [64, 64, 64], dtype="float32", interface="prediction"), tmp_path)
+    assert r.status == "incomplete" and r.stopped_by == "precision", (r.status, r.reason)
+    assert r.metrics["self_check_error"] > r.metrics["self_check_tolerance"]

@@ -86,6 +86,33 @@ def test_v2_reads_the_metadata_and_sends_fp32_values(servers):
     assert sent["data"] == [float(np.float32(0.1)), float(np.float32(1 / 3))]  # exact float32 values
 
 
+def test_v2_reads_only_the_output_the_metadata_names():
+    """An answer whose tensor is not the metadata's output (a fallback model, a renamed head) is an
+    error, never another tensor read as the predictions; an explanation answer with no
+    explanation output is an error, never the predictions read as gradients."""
+    from victims.http.wire_base import AnswerError
+    from victims.http.wire_v2 import OpenInferenceProtocol
+
+    proto = OpenInferenceProtocol(SimpleNamespace(input_name=None, output_name=None, datatype="FP64",
+                                                  classification=None))
+    proto.read_metadata({"name": "m", "inputs": [{"name": "x", "datatype": "FP64", "shape": [-1, 2]}],
+                         "outputs": [{"name": "probs", "datatype": "FP64", "shape": [-1, 2]}]}, 2,
+                        SimpleNamespace(datatype=None, input_name=None, output_name=None))
+
+    def tensor(name, data):
+        return {"name": name, "datatype": "FP64", "shape": [1, 2], "data": data}
+
+    both = {"outputs": [tensor("other", [9, 9]), tensor("probs", [0.3, 0.7])]}
+    assert proto.answer(both).tolist() == [[0.3, 0.7]]
+    with pytest.raises(AnswerError, match="no output 'probs'"):
+        proto.answer({"outputs": [tensor("fallback", [0.5, 0.5])]})
+    with pytest.raises(AnswerError, match="no explanation output"):
+        proto.answer({"outputs": [tensor("probs", [0.3, 0.7])]}, explain="gradient")
+    grads = proto.answer({"outputs": [tensor("probs", [0.3, 0.7]), tensor("explanation", [1, 2])]},
+                         explain="gradient")
+    assert grads.tolist() == [[1, 2]]
+
+
 @pytest.mark.parametrize("protocol", ["mlflow", "kserve-v2", "kserve-v1"])
 def test_auto_names_the_protocol_that_answered(servers, protocol):
     srv, victim = servers
