@@ -35,8 +35,7 @@ from harness.errors import AttackStopped, PrecisionLimit, TimeLimit
 
 @dataclass
 class Candidate:
-    """A critical point not explained by the known layers: where, its gradient jump, and the
-    deepest layer it failed to be a neuron of."""
+    """A critical point the known layers do not explain: where, its jump, the deepest layer tried."""
 
     x: torch.Tensor
     normal: torch.Tensor
@@ -148,8 +147,7 @@ class DeepExtraction:
         return len(self.layer)
 
     def consider(self, cand: Candidate) -> None:
-        """Follow one unexplained critical point: a neuron of the layer being built, or a deeper
-        one kept for the next layer."""
+        """Follow one unexplained critical point: a neuron of this layer, or a deeper one kept."""
         self._clock()
         if bool(self.explained(cand.x[None])[0]):
             return
@@ -173,9 +171,8 @@ class DeepExtraction:
 
     @staticmethod
     def verified(follower, walk) -> tuple[bool, list[torch.Tensor]]:
-        """Does the surface θ hold where it predicts critical points far away (3 checks seen on
-        it, none off it, one missing at most; four more when the first four saw too little)?
-        Returns that and the critical points located."""
+        """(Does θ hold where it predicts critical points far away — 3 checks on it, none off it,
+        one missing at most; four more when the first saw too little —, the points located)."""
         passed, off, missing, located = follower.verify(walk.theta, near=walk.points)
         if passed < 3 and off == 0 and missing <= 1:  # checks that saw nothing: four more
             p2, o2, m2, l2 = follower.verify(walk.theta, near=walk.points)
@@ -218,8 +215,7 @@ class DeepExtraction:
         return signs
 
     def reopen(self) -> None:
-        """Walks left undetermined, given the orientations known now (no new queries but the
-        far check)."""
+        """Walks left undetermined, given the orientations known now (no queries but the far check)."""
         signs = self.follower.signs
         if signs is None or not self.open_walks:
             return
@@ -407,13 +403,22 @@ class DeepExtraction:
         del st.layer_queries[depth + 1:], st.layer_seconds[depth + 1:]
 
     def keep(self) -> None:
-        """Keep the current network for the runner (a stop scores it) and, apart, the one that
-        matched fresh queries best so far (a rebuild that made things worse is not what a failed
-        run reports)."""
+        """Keep the current network for the runner (a stop scores it) and, apart, the best-matching
+        one so far (a rebuild that made things worse is not what a failed run reports)."""
         art = self.artifact()
         self.ctx.keep(art)
         if self.state.check_error < getattr(self, "best_error", float("inf")):
             self.best_error, self.best_art = self.state.check_error, art
+
+    def stopped(self, stopped_by: str | None, reason: str) -> Artifact:
+        """The end's artifact: the best-matching network so far if the current one is worse."""
+        best = getattr(self, "best_art", None)
+        if best is None or self.state.check_error <= self.best_error:
+            return self.artifact(stopped_by, reason)
+        best.stopped_by, best.reason = stopped_by, reason
+        best.notes.append(f"the network kept matched fresh queries best ({self.best_error:.3g}); the "
+                          f"current one missed them by {self.state.check_error:.3g}")
+        return best
 
     # ----------------------------------------------------------------- the run
     def artifact(self, stopped_by: str | None = None, reason: str = "") -> Artifact:
@@ -473,16 +478,13 @@ class DeepExtraction:
             if st.known.depth == 0:
                 st.model, st.check_error = self.fit_output()
         except rl.OutOfBudget as exc:
-            return self.artifact("budget", f"query budget exhausted with {st.known.depth} layer(s) "
-                                           f"extracted ({exc})")
+            return self.stopped("budget", f"query budget exhausted with {st.known.depth} layer(s) "
+                                          f"extracted ({exc})")
         except TimeLimit as exc:
-            exc.artifact = self.artifact("time", str(exc))
+            exc.artifact = self.stopped("time", str(exc))
             raise
-        art = self.artifact()
-        if st.check_error > getattr(self, "best_error", float("inf")):
-            art = self.best_art  # fewer layers or neurons, but closer to the API than the last try
-            art.notes.append(f"the network kept matched fresh queries best ({self.best_error:.3g}); the "
-                             f"last one, after {st.rebuilds} rebuild(s), missed them by {st.check_error:.3g}")
+        art = self.stopped(None, "")  # fewer layers or neurons, but closer to the API than the last try
+        if art is getattr(self, "best_art", None):
             st.check_error = self.best_error
         if not st.check_error <= self.check_tol and st.capped:  # NaN fails too
             # its own limits, not the answers: more lines, depth or rebuilds might have finished it
