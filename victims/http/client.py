@@ -158,6 +158,7 @@ class RemoteBackend:
         SECRETS.add_url(spec.url)
         SECRETS.add(token)
         self._url, creds = split_credentials(spec.url)
+        self.keyed = bool(token or creds or headers)  # the answers' quota is some key's
         if token and creds:
             raise BadInput("victim.endpoint: the URL carries user:password@ credentials and auth_env "
                            "names a token; give one of them (URL credentials would replace the token)")
@@ -343,8 +344,9 @@ class RemoteBackend:
             info = {}
         if isinstance(info, dict) and info.get("error_code") == "RESOURCE_EXHAUSTED":
             msg = clip(info.get("message", ""), 200)  # scrubbed, then cut
+            who = "this API key" if self.keyed else "this client (no API key sent)"
             raise EndpointQuotaExhausted(self.scrub(f"{self.where}: the endpoint's query budget for "
-                                                    f"this API key is spent ({msg})"))
+                                                    f"{who} is spent" + (f" ({msg})" if msg else "")))
         wait = retry_after(reply.headers.get("Retry-After"))
         if wait is not None and wait > MAX_RETRY_AFTER_S:
             raise EndpointRefused(f"{self.where}: answered 429 with Retry-After {wait:.0f} s "
