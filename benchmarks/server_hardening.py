@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import requests
+from hostile_runs import rss_mb, stop
 
 HERE = Path(__file__).resolve().parents[1]
 SCENARIO = """name: bench-serve
@@ -54,21 +55,6 @@ def start(folder: Path, checkout: Path) -> tuple[subprocess.Popen, int]:
     line = proc.stdout.readline()
     port = int(line.split("127.0.0.1:")[1].split("/")[0])
     return proc, port
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def post(port: int, **kw) -> requests.Response:

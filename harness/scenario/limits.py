@@ -129,15 +129,6 @@ def check_template_secrets(value: Any, path: str = "") -> None:
             check_template_secrets(v, f"{path}[{i}]")
 
 
-def template_has(template: Any, token: str) -> bool:
-    """Whether a placeholder appears anywhere in a template."""
-    if template == token:
-        return True
-    if isinstance(template, dict):
-        return any(template_has(v, token) for v in template.values())
-    if isinstance(template, list):
-        return any(template_has(v, token) for v in template)
-    return False
 
 
 def check_path_text(path: str | None) -> str | None:

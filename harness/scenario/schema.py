@@ -20,8 +20,8 @@ from harness.scenario.limits import (
     check_template_secrets,
     check_url,
     no_bool_for_numbers,
-    template_has,
 )
+from victims.http.protocol import template_has
 
 Activation = Literal["relu", "tanh", "sigmoid", "softplus", "elu", "leaky_relu"]
 RiskLevel = Literal["low", "medium", "high"]

@@ -57,6 +57,7 @@ def fill(template: Any, inputs: list, explain: str | None, auth: str | None = No
 
 
 def template_has(template: Any, token: str) -> bool:
+    """Whether a placeholder appears anywhere in a template."""
     if template == token:
         return True
     if isinstance(template, dict):

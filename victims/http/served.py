@@ -15,6 +15,7 @@ attacker never sees the generator.)
 
 from __future__ import annotations
 
+import json
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,18 @@ class RequestError(Exception):
         self.status = status
         self.code = code
         self.message = message
+
+
+def parse_json(raw: bytes) -> Any:
+    """A request body's JSON; RequestError(400) when it is not UTF-8, not JSON or nested too deeply."""
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise RequestError(400, "MALFORMED_REQUEST", "the body is not UTF-8") from None
+    except RecursionError:
+        raise RequestError(400, "MALFORMED_REQUEST", "the JSON is nested too deeply") from None
+    except ValueError:
+        raise RequestError(400, "MALFORMED_REQUEST", "the body is not valid JSON") from None
 
 
 def server_secret() -> int:

@@ -26,7 +26,6 @@ Content-Length a 400 (from h11), never a 500.
 from __future__ import annotations
 
 import hmac
-import json
 import socket
 import threading
 from typing import Any
@@ -35,7 +34,7 @@ import numpy as np
 from fastapi import Request  # at module level: FastAPI resolves the handlers' annotations here
 
 from victims.http.guard import ByteBudget, ServerLimits, guarded_protocol
-from victims.http.served import RequestError, ServedModel
+from victims.http.served import RequestError, ServedModel, parse_json
 
 __all__ = ["KeyBudgets", "ServerLimits", "VictimServer", "make_app"]
 
@@ -109,14 +108,7 @@ def api_key(headers: Any, keys: set[str] | None) -> str:
 
 def parse_request(raw: bytes, served: ServedModel) -> tuple[np.ndarray, str | None]:
     """The rows and the explanation kind of a request body; RequestError(400) when malformed."""
-    try:
-        body = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise RequestError(400, "MALFORMED_REQUEST", "the body is not UTF-8") from None
-    except RecursionError:
-        raise RequestError(400, "MALFORMED_REQUEST", "the JSON is nested too deeply") from None
-    except ValueError:
-        raise RequestError(400, "MALFORMED_REQUEST", "the body is not valid JSON") from None
+    body = parse_json(raw)
     if not isinstance(body, dict) or not any(k in body for k in ("inputs", "instances")):
         raise RequestError(400, "BAD_REQUEST", 'expected {"inputs": [[...], ...]}')
     params = body.get("params") or {}

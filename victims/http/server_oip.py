@@ -19,29 +19,17 @@ Errors are `{"error": message}` (both protocols' shape) with the server's `error
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
 from fastapi import Request  # at module level: FastAPI resolves the handlers' annotations here
 from fastapi.responses import JSONResponse, Response
 
-from victims.http.served import RequestError, ServedModel
+from victims.http.served import RequestError, ServedModel, parse_json
 
 INPUT = "input-0"
 PREDICTIONS = "predictions"
 EXPLANATION = "explanation"
-
-
-def _json(raw: bytes) -> Any:
-    try:
-        return json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise RequestError(400, "MALFORMED_REQUEST", "the body is not UTF-8") from None
-    except RecursionError:
-        raise RequestError(400, "MALFORMED_REQUEST", "the JSON is nested too deeply") from None
-    except ValueError:
-        raise RequestError(400, "MALFORMED_REQUEST", "the body is not valid JSON") from None
 
 
 def metadata_v2(served: ServedModel, name: str) -> dict[str, Any]:
@@ -60,7 +48,7 @@ def metadata_v2(served: ServedModel, name: str) -> dict[str, Any]:
 
 def parse_v2(raw: bytes, served: ServedModel) -> tuple[np.ndarray, str | None, dict[str, Any]]:
     """(rows, explain kind, what to answer) of a V2 infer request; RequestError(400) when malformed."""
-    body = _json(raw)
+    body = parse_json(raw)
     if not isinstance(body, dict) or not isinstance(body.get("inputs"), list) or len(body["inputs"]) != 1:
         raise RequestError(400, "BAD_REQUEST", 'expected {"inputs": [one tensor]}')
     t = body["inputs"][0]
@@ -125,7 +113,7 @@ def answer_v2(y: np.ndarray, explain: str | None, want: dict[str, Any], name: st
 
 def parse_v1(raw: bytes, served: ServedModel) -> tuple[np.ndarray, None, dict[str, Any]]:
     """Rows of a V1 / TF Serving request ({"instances": rows}; TF's {"inputs": rows} too)."""
-    body = _json(raw)
+    body = parse_json(raw)
     if not isinstance(body, dict) or not any(k in body for k in ("instances", "inputs")):
         raise RequestError(400, "BAD_REQUEST", 'expected {"instances": [[...], ...]}')
     try:

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from harness.attacks.base import RunContext
+from harness.errors import TimeLimit
 
 
 @dataclass
@@ -91,15 +92,24 @@ class RoundedCopy:
         return g.detach()
 
 
+class _Unmeasured(Exception):
+    """A replay hit its time limit: whether it would have extracted the copy is unknown."""
+
+
 def _replay(attack, params, model, info: _Info, bits: float, seed: int) -> bool:
-    """Does the attack, replayed against the copy rounded to `bits`, extract it exactly?"""
+    """Does the attack, replayed against the copy rounded to `bits`, extract it exactly?
+    _Unmeasured when the replay ran out of time (neither yes nor no)."""
     oracle = RoundedCopy(model, info, bits)
     gen = torch.Generator().manual_seed(seed)
     ctx = RunContext(seed=seed, rng=None, gen=gen, device=info.device, outdir=None)
     try:
         art = attack.run(oracle, params, ctx)
-    except Exception:  # noqa: BLE001 - any stop (precision, assumption, skip) is a failure here
+    except TimeLimit:
+        raise _Unmeasured from None
+    except Exception:  # noqa: BLE001 - any other stop (precision, assumption, skip) is a failure here
         return False
+    if art.stopped_by == "time":
+        raise _Unmeasured
     if art.stopped_by is not None or art.data.get("model") is None:
         return False
     x = torch.randn(512, info.dim, generator=gen, dtype=torch.float64)
@@ -112,10 +122,11 @@ def _replay(attack, params, model, info: _Info, bits: float, seed: int) -> bool:
 
 def bits_needed(attack, params, model, view, seed: int, lo: int = 12, hi: int = 53,
                 seconds: float = 30.0) -> float | None:
-    """The fewest bits of output precision (in [lo, hi], to one bit) at which the attack replayed
-    on its own copy `model` still extracts it exactly; None when even `hi` bits do not. A replay
-    that needs more than `seconds` counts as stopped (coarse answers make the exact search
-    wander before it gives up)."""
+    """The fewest bits of output precision (in (lo, hi], to one bit) at which the attack replayed
+    on its own copy `model` still extracts it exactly, one bit fewer having stopped it; None when
+    that was not shown: even `hi` bits do not, even `lo` bits still do (below the range), or a
+    replay ran past `seconds` (coarse answers make the exact search wander; a timeout is neither
+    a success nor a stop, so it never moves the figure)."""
     info = _Info(view.info.dim, max(1, view.info.n_outputs), view.output, view.interface,
                  getattr(view.info, "gradient_of", "predicted"),
                  getattr(view.info, "gradient_class", 0),
@@ -123,12 +134,18 @@ def bits_needed(attack, params, model, view, seed: int, lo: int = 12, hi: int = 
     model = model.cpu()
     inner = params.model_copy(update={"measure_bits": False,
                                       "max_seconds": min(params.max_seconds, seconds)})
-    if not _replay(attack, inner, model, info, hi, seed):
+    floor = lo
+    try:
+        if not _replay(attack, inner, model, info, hi, seed):
+            return None
+        while hi - lo > 1:  # invariant: hi succeeds, lo fails (or is the untested floor)
+            mid = (lo + hi) // 2
+            if _replay(attack, inner, model, info, mid, seed):
+                hi = mid
+            else:
+                lo = mid
+        if lo == floor and _replay(attack, inner, model, info, lo, seed):
+            return None  # it extracts even at the floor: "fewer stop it" was not shown
+    except _Unmeasured:
         return None
-    while hi - lo > 1:  # invariant: hi succeeds, lo fails (or is the floor)
-        mid = (lo + hi) // 2
-        if _replay(attack, inner, model, info, mid, seed):
-            hi = mid
-        else:
-            lo = mid
     return float(hi)
