@@ -186,8 +186,11 @@ def _run_scenario(s: Scenario, live: RunProgress, tracking_uri, out, json_path, 
 
 
 def _utility_line(victim) -> str:
-    u = ", ".join(f"{k} {v:.3f}" for k, v in victim.utility.items()) or "no test split"
-    return f"{u}; {victim.record.get('parameters', '?')} parameters"
+    u = ", ".join(f"{k} {v:.3f}" for k, v in victim.utility.items())
+    n = victim.record.get("parameters")
+    if not u and n is None:
+        return "an endpoint: no local model to measure"
+    return f"{u or 'no test split'}; {n if n is not None else '?'} parameters"
 
 
 def _outcome(entry: dict[str, Any]) -> str:
