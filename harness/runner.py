@@ -43,7 +43,7 @@ from reports.metadata import run_metadata
 from reports.tracking import Tracker, TrackingUnavailable, probe_server
 from reports.verdict import reaches, status_of, verdict
 from victims.build import build_victim
-from victims.http.secrets import SECRETS, clip
+from victims.http.secrets import SECRETS, clip, register_tracking_env
 
 _ATTACKER, _DEFENDER = 0xA77AC4, 0xDEFE4D  # stream tags: the two sides never share a seed
 
@@ -87,6 +87,7 @@ def open_tracker(s: Scenario, tracking_uri: str | None) -> Tracker:
     """The MLflow tracker for this run; BadInput (exit 2) when the store cannot be used."""
     uri = tracking_uri or s.tracking.uri
     SECRETS.add_url(uri or "")  # a tracking server's user:password never reaches any output
+    register_tracking_env()  # MLFLOW_TRACKING_TOKEN / _PASSWORD, ... (a server may echo them)
     try:
         return Tracker(uri, s.tracking.experiment, s.tracking.enabled)
     except TrackingUnavailable as exc:

@@ -266,9 +266,10 @@ def run_sweep(plan: SweepPlan, *, scenario_path: str, tracking_uri: str | None, 
     if executor == "ray":
         ray_preflight(ray_address)
     uri = tracking_uri or s0.tracking.uri or default_uri()
-    from victims.http.secrets import SECRETS
+    from victims.http.secrets import SECRETS, register_tracking_env
 
     SECRETS.add_url(uri)  # a tracking server's user:password never reaches any output
+    register_tracking_env()  # MLFLOW_TRACKING_TOKEN / _PASSWORD, ...
     if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_absolute():
         uri = f"sqlite:///{Path(uri.removeprefix('sqlite:///')).resolve()}"
     try:

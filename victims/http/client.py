@@ -45,6 +45,7 @@ import torch
 from defenses.budget import STARTUP
 from defenses.errors import BudgetExhausted, RowCapReached
 from victims.errors import BadInput, InterfaceError
+from victims.http.jsonlimits import JSONNumberTooLarge, JSONTooLarge
 from victims.http.protocol import display_url, retry_after, template_has
 from victims.http.secrets import SECRETS, clip, valid_header_value
 from victims.http.transport import DeadlineExceeded, Reply, TooLarge, exchange, new_session
@@ -282,6 +283,8 @@ class RemoteBackend:
         """The answer field of a 2xx response; _Transient when the body is not usable JSON."""
         try:
             payload = reply.json()
+        except (JSONTooLarge, JSONNumberTooLarge) as exc:  # bad data, not a fault: not re-sent
+            raise EndpointError(f"{self.where}: answered JSON leakmeter does not parse: {exc}") from None
         except (ValueError, RecursionError):
             if raw:  # a GET's answer (a ping, a readiness check) need not be JSON
                 return None
@@ -361,7 +364,7 @@ class RemoteBackend:
         text = reply.text()
         if reply.truncated:
             text = text[: max(0, len(text) - SECRETS.longest)]
-        return clip(" ".join(text.split()), 200) or clip(reply.reason, 200)
+        return clip(text, 200) or clip(reply.reason, 200)  # one line, escaped, scrubbed, cut
 
     # ------------------------------------------------------------------ answers
     def _ask(self, x: torch.Tensor, explain: str | None) -> np.ndarray:
@@ -382,7 +385,7 @@ class RemoteBackend:
         what = "explanations" if explain else "predictions"
         try:
             y = np.asarray(answer, dtype=np.float64)
-        except (TypeError, ValueError, RecursionError):
+        except (TypeError, ValueError, RecursionError, OverflowError):
             raise EndpointError(f"{self.where}: {what} are not a numeric array (ragged or "
                                 f"non-numeric)") from None
         if y.ndim == 0 or len(y) != n:

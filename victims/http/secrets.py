@@ -35,11 +35,20 @@ FRAGMENT = 8  # pieces of a registered secret this long are masked wherever they
 # `code` / `pass`
 _CRED_WORDS = r"key|token|secret|passw|pwd|sig|auth|credential|session|jwt|bearer"
 CREDENTIAL_PARAM = re.compile(rf"(?i)^(?:[\w.~-]*(?:{_CRED_WORDS})[\w.~-]*|code|pass)$")
-_USERINFO = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)[^/\s@?#'\"<>]+@")
-_QUERY_CRED = re.compile(rf"(?i)([?&;][\w.~-]*(?:{_CRED_WORDS})[\w.~-]*=)[^&#\s'\"<>]+")
+# Every pattern below runs in time linear in the text (endpoints choose what we scrub): no
+# quantifier can backtrack over what another one consumed (possessive `*+` / `++`), the scheme
+# of a URL is at most 32 characters, and the credential words are looked for in a parameter name
+# already cut out (a `[\w.~-]*(?:key|...)[\w.~-]*=` regex took ~17 min on 400 KB of `a.a.a...`).
+_USERINFO = re.compile(r"(?i)([a-z][a-z0-9+.-]{0,31}+://)([^/\s@?#'\"<>]++)@")
+_QUERY_PARAM = re.compile(r"([?&;])([\w.~-]++)=([^&#\s'\"<>]++)")
+_CRED_NAME = re.compile(rf"(?i){_CRED_WORDS}")
 # a header value: at least 6 token characters, one of them a digit or punctuation (not a word)
 _AUTH_VALUE = re.compile(
-    r"(?i)\b(bearer|basic)(\s+|%20|\+)(?!\*\*\*)(?=[A-Za-z]*[0-9._~+/=:-])[A-Za-z0-9._~+/=:-]{6,}")
+    r"(?i)\b(bearer|basic)(\s++|%20|\+)(?!\*\*\*)(?=[A-Za-z]*+[0-9._~+/=:-])[A-Za-z0-9._~+/=:-]{6,}+")
+
+
+def _mask_query(m: re.Match[str]) -> str:
+    return f"{m.group(1)}{m.group(2)}={MASK}" if _CRED_NAME.search(m.group(2)) else m.group(0)
 
 
 def _forms(value: str) -> set[str]:
@@ -150,7 +159,7 @@ class Scrubber:
             text = pattern.sub(MASK, text)
             text = self._mask_fragments(text)
         text = _USERINFO.sub(lambda m: f"{m.group(1)}{MASK}@", text)
-        text = _QUERY_CRED.sub(lambda m: f"{m.group(1)}{MASK}", text)
+        text = _QUERY_PARAM.sub(_mask_query, text)
         return _AUTH_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
 
     def _mask_fragments(self, text: str) -> str:
@@ -175,9 +184,19 @@ class Scrubber:
         return "".join(out)
 
     def clip(self, text: Any, limit: int) -> str:
-        """`text` scrubbed, then cut to `limit` characters (never the other way round: a secret
-        cut in half before scrubbing would no longer be recognised)."""
-        return str(self.scrub(str(text)))[:limit]
+        """`text` as one safe line of at most `limit` characters: bounded (so no pattern ever
+        sees more than a few times `limit`), made one line with its control characters escaped
+        (`one_line`), scrubbed, and only then cut (a secret cut in half before scrubbing would
+        no longer be recognised). When the bound cut the text, its last (longest-secret)
+        characters go first: a secret straddling that cut cannot surface in part."""
+        text = str(text)
+        longest = self.longest
+        bound = 4 * limit + 2 * longest + 256
+        cut = len(text) > bound
+        out = str(self.scrub(one_line(text[:bound] if cut else text)))
+        if cut:
+            out = out[: max(0, len(out) - longest - FRAGMENT)]
+        return out[:limit]
 
     def scrub_obj(self, obj: Any) -> Any:
         """A copy of plain data (dicts, lists, tuples, strings) with every string scrubbed,
@@ -278,14 +297,57 @@ class ScrubbingStream:
         return bool(getattr(self._stream, "closed", False))
 
 
+# credentials MLflow (and the artifact stores behind it) read from the environment: a tracking
+# server or a library that echoes one must not put it on stderr or in a report
+TRACKING_ENV = ("MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_PASSWORD", "DATABRICKS_TOKEN",
+                "DATABRICKS_CLIENT_SECRET", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                "AZURE_STORAGE_ACCESS_KEY", "AZURE_STORAGE_CONNECTION_STRING", "AZURE_CLIENT_SECRET")
+
+
+def register_tracking_env() -> None:
+    """Register the values of TRACKING_ENV that are set, and `user:password` of
+    MLFLOW_TRACKING_USERNAME / _PASSWORD as the Basic header MLflow sends (base64)."""
+    import os
+
+    for name in TRACKING_ENV:
+        SECRETS.add(os.environ.get(name))
+    user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
+    if user and password:
+        SECRETS.add(f"{user}:{password}")
+        SECRETS._register(_b64_forms(f"{user}:{password}".encode()))
+
+
 def install_stream_scrubbing() -> None:
-    """Route sys.stdout and sys.stderr through the scrubber (idempotent)."""
+    """Route sys.stdout and sys.stderr through the scrubber (idempotent); registers the tracking
+    credentials of the environment (TRACKING_ENV)."""
     import sys
+
+    register_tracking_env()
 
     if not isinstance(sys.stdout, ScrubbingStream):
         sys.stdout = ScrubbingStream(sys.stdout)
     if not isinstance(sys.stderr, ScrubbingStream):
         sys.stderr = ScrubbingStream(sys.stderr)
+
+
+_SPACE = re.compile(r"[ \t\n\v\f\r\x1c-\x1f\x85\u2028\u2029]++")
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u206f"
+                      r"\ufeff\ufff9-\ufffb\ud800-\udfff]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    c = ord(m.group(0))
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def one_line(text: Any) -> str:
+    """Text from outside as one printable line: line breaks and other spacing collapsed to single
+    spaces, every other control or invisible formatting character (ESC, BEL, NUL, DEL, C1, bidi
+    overrides, zero-width) written as a visible escape (`\\x1b`): it can neither start a line of
+    its own (`verdict: pass`, `::error`, a Markdown heading) nor drive a terminal (OSC 52).
+    reports/text.py holds the same rule for the report writers (reports import nothing of ours)."""
+    s = _SPACE.sub(" ", str(text))
+    return _CONTROL.sub(_escape, s).strip(" ")
 
 
 _HEADER_VALUE = re.compile(r"^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$")

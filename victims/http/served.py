@@ -15,7 +15,6 @@ attacker never sees the generator.)
 
 from __future__ import annotations
 
-import json
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,10 +22,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from victims.http.jsonlimits import JSONNumberTooLarge, JSONTooLarge, loads
 from victims.local import LocalBackend
 
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 MAX_ROWS = 100_000  # rows per request the server accepts
+MAX_CONTAINERS = 2 * MAX_ROWS + 1024  # arrays/objects a request may hold (a row and its wrappers)
 
 
 class RequestError(Exception):
@@ -42,9 +43,11 @@ class RequestError(Exception):
 def parse_json(raw: bytes) -> Any:
     """A request body's JSON; RequestError(400) when it is not UTF-8, not JSON or nested too deeply."""
     try:
-        return json.loads(raw.decode("utf-8"))
+        return loads(raw.decode("utf-8"), MAX_CONTAINERS)
     except UnicodeDecodeError:
         raise RequestError(400, "MALFORMED_REQUEST", "the body is not UTF-8") from None
+    except (JSONTooLarge, JSONNumberTooLarge) as exc:
+        raise RequestError(400, "MALFORMED_REQUEST", f"the JSON holds {exc}") from None
     except RecursionError:
         raise RequestError(400, "MALFORMED_REQUEST", "the JSON is nested too deeply") from None
     except ValueError:
@@ -64,9 +67,19 @@ def _mix(z: np.ndarray) -> np.ndarray:
         return z ^ (z >> np.uint64(31))
 
 
+def canonical(x: np.ndarray) -> np.ndarray:
+    """The values a row's noise is keyed by: each input rounded to float32 (what a float32 victim
+    sees; JSON spellings of one value — `1`, `1.0`, `1e0`, `0.1` and its next float64 — give one
+    key) and -0.0 made 0.0. Keyed by raw bytes, `-0.0` for `0.0` drew fresh noise: 200 copies of
+    a row averaged σ 0.05 down to 0.004."""
+    with np.errstate(over="ignore"):
+        return np.asarray(x, dtype=np.float64).astype(np.float32).astype(np.float64) + 0.0
+
+
 def row_keys(x: np.ndarray, salt: int) -> np.ndarray:
-    """A 64-bit key per row of a float64 batch (N, d): a hash of its bytes and `salt`."""
-    bits = np.ascontiguousarray(x, dtype=np.float64).view(np.uint64)
+    """A 64-bit key per row of a float64 batch (N, d): a hash of its canonical values' bytes
+    (`canonical`) and `salt`."""
+    bits = np.ascontiguousarray(canonical(x), dtype=np.float64).view(np.uint64)
     with np.errstate(over="ignore"):
         cols = _mix(np.arange(1, x.shape[1] + 1, dtype=np.uint64) * GOLDEN)
         h = _mix(bits ^ cols[None, :]).sum(axis=1, dtype=np.uint64)
@@ -129,7 +142,7 @@ class ServedModel:
         d = self.meta["input_dim"]
         try:
             x = np.asarray(inputs, dtype=np.float64)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: an int beyond float64
             raise RequestError(400, "BAD_REQUEST", "inputs must be a list of numeric rows") from None
         if x.ndim == 1 and x.size == d:
             x = x[None, :]

@@ -62,7 +62,7 @@ def parse_v2(raw: bytes, served: ServedModel) -> tuple[np.ndarray, str | None, d
         raise RequestError(400, "BAD_REQUEST", "inputs[0].shape must be [n, d]")
     try:
         data = np.asarray(t.get("data"), dtype=np.float64).reshape(-1)
-    except (TypeError, ValueError, RecursionError):
+    except (TypeError, ValueError, RecursionError, OverflowError):
         raise RequestError(400, "BAD_REQUEST", "inputs[0].data must be numbers") from None
     if data.size != shape[0] * shape[1]:
         raise RequestError(400, "BAD_REQUEST", f"inputs[0].shape {shape} does not match its "

@@ -16,7 +16,6 @@ Nothing here scrubs or retries: victims/http/client.py owns that, in one place.
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
 from dataclasses import dataclass
@@ -26,6 +25,8 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+from victims.http.jsonlimits import loads
 
 ERROR_BYTES = 64 * 1024  # of an error answer's body: enough for any message
 CHUNK = 16 * 1024
@@ -58,8 +59,9 @@ class Reply:
         return self.body.decode("utf-8", errors="replace")
 
     def json(self) -> Any:
-        """The body parsed as JSON; ValueError (or RecursionError) when it is not."""
-        return json.loads(self.body)
+        """The body parsed as JSON, within bounds on what it becomes (victims/http/jsonlimits.py:
+        JSONTooLarge, JSONNumberTooLarge); ValueError (or RecursionError) when it is not JSON."""
+        return loads(self.body)
 
 
 class _Watch:
