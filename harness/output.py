@@ -3,7 +3,8 @@
 - `WarningsCapture`: third-party warnings (Opacus' secure-RNG notice, PyTorch's backward-hook
   notes, ...) raised during a run are recorded, one entry per distinct message with a count, for
   the report's `warnings` list, instead of being printed between the run's own lines.
-- `prune_empty`: attack folders nothing was written to are removed after a run.
+- `prune_empty`, `ours`: attack folders nothing was written to are removed after a run, and only
+  what the run wrote is uploaded: never what was in `--out` before it (`existing`).
 """
 
 from __future__ import annotations
@@ -47,8 +48,28 @@ class WarningsCapture:
         return list(seen.values())
 
 
-def prune_empty(outdir: Path) -> None:
-    """Remove the attack folders nothing was written to."""
+def existing(outdir: Path) -> frozenset[str]:
+    """The names already in `outdir` before a run writes there (none when it does not exist):
+    what leakmeter did not write, and must neither delete nor upload."""
+    return frozenset(p.name for p in outdir.iterdir()) if outdir.is_dir() else frozenset()
+
+
+def prune_empty(outdir: Path, keep: frozenset[str] = frozenset()) -> None:
+    """Remove the attack folders nothing was written to, never one in `keep` (there before the run:
+    `--out` into an existing folder used to delete every empty sub-folder in it)."""
     for sub in sorted(outdir.iterdir() if outdir.is_dir() else [], reverse=True):
-        if sub.is_dir() and not any(sub.iterdir()):
+        if sub.name not in keep and sub.is_dir() and not any(sub.iterdir()):
             sub.rmdir()
+
+
+def ours(paths: list[Path], keep: frozenset[str], since: float) -> list[Path]:
+    """The files of `paths` this run wrote: absent before it (`keep`), or rewritten since `since`
+    (a wall-clock time)."""
+    out = []
+    for p in paths:
+        try:
+            if p.name not in keep or p.stat().st_mtime >= since:
+                out.append(p)
+        except OSError:
+            continue
+    return out

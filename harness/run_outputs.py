@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from harness.attacks.base import Artifact
+from harness.output import ours
 from harness.scenario import Scenario, flatten
 from reports import render
 from reports.html import write_html
@@ -44,8 +45,11 @@ def log_attack(tracker: Tracker, run_id: str | None, entry: dict[str, Any],
 
 
 def finish(report: dict[str, Any], s: Scenario, tracker: Tracker, parent: str | None,
-            outdir: Path, json_path: str | Path | None, status: str) -> None:
-    """Write the report files, log them and the summary to MLflow, and end the parent run."""
+            outdir: Path, json_path: str | Path | None, status: str,
+            keep: frozenset[str] = frozenset(), since: float = 0.0) -> None:
+    """Write the report files, log them and the summary to MLflow, and end the parent run. Figures
+    and pages in `outdir` are uploaded only when this run wrote them (not in `keep`, the names there
+    before the run, or rewritten since `since`)."""
     report["mlflow_run_id"] = parent
     report["tracking_uri"] = SECRETS.scrub(tracker.uri) if tracker.enabled else None  # after scrub_in_place
     try:
@@ -58,7 +62,7 @@ def finish(report: dict[str, Any], s: Scenario, tracker: Tracker, parent: str | 
         tracker.tags(parent, {"verdict": report["verdict"], "risk": report.get("risk") or "none"})
         for name in ("report.json", "report.md"):
             tracker.artifact(parent, outdir / name)
-        for extra in sorted(outdir.glob("*.png")) + sorted(outdir.glob("*.html")):
+        for extra in ours(sorted(outdir.glob("*.png")) + sorted(outdir.glob("*.html")), keep, since):
             tracker.artifact(parent, extra)
     finally:
         tracker.end(parent, status)

@@ -33,7 +33,7 @@ from harness.budget_check import budget_check, max_rows, settle_budget_stops
 from harness.errors import AttackFailed, AttackSkipped, BadInput, InterfaceError
 from harness.interrupts import Interrupted, deferred
 from harness.oracle import OFFERS, Oracle
-from harness.output import WarningsCapture, prune_empty
+from harness.output import WarningsCapture, existing, prune_empty
 from harness.progress import RunProgress, stage, sub_bar
 from harness.rero.product import rero_section
 from harness.run_outputs import finish, log_attack, log_scenario
@@ -133,6 +133,7 @@ def _run_scenario(s: Scenario, live: RunProgress, tracking_uri, out, json_path, 
                     s.defenses.query_budget, s.seed, max_rows=max_rows(s))
     report = _new_report(s, victim, oracle, started)
     outdir = Path(out) if out else Path("leakmeter-out") / f"{s.name}-{report['started']}"
+    before, since = existing(outdir), time.time()  # never delete or upload what was there
     outdir.mkdir(parents=True, exist_ok=True)
     report["outdir"] = str(outdir)
     oracle.progress = live.queries
@@ -178,8 +179,8 @@ def _run_scenario(s: Scenario, live: RunProgress, tracking_uri, out, json_path, 
             SECRETS.scrub_in_place(report)  # nothing secret reaches a report file, MLflow or stdout
             crashed = report.get("error") or any(a["status"] == "error" for a in report["attacks"])
             status = "KILLED" if stop else ("FAILED" if crashed else "FINISHED")
-            finish(report, s, tracker, parent, outdir, json_path, status)
-            prune_empty(outdir)  # attack folders nothing was written to
+            finish(report, s, tracker, parent, outdir, json_path, status, before, since)
+            prune_empty(outdir, before)  # attack folders nothing was written to
     if stop is not None:
         stop.report = report
         raise stop

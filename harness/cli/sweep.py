@@ -36,6 +36,9 @@ from harness.threads import pin_threads
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a key in every cell.")
 @click.option("--seeds", type=click.IntRange(min=1), default=1, show_default=True,
               help="Seeds per cell: the scenario's seed, seed+1, ...")
+@click.option("--max-cells", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Refuse a sweep of more cells (grid combinations × seeds) than this, before any "
+                   "cell is built.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Cells run in parallel (processes, or Ray CPUs).")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True)
@@ -51,7 +54,7 @@ from harness.threads import pin_threads
 @TRUST
 @THREADS
 @guarded
-def sweep(scenario, grid, overrides, seeds, jobs, executor, ray_address, out, tracking_uri, fresh,
+def sweep(scenario, grid, overrides, seeds, max_cells, jobs, executor, ray_address, out, tracking_uri, fresh,
           no_compare, sarif_path, junit_path, auth_env, trust_model_code, threads) -> None:
     """Run SCENARIO over a grid of defense settings; each cell a nested MLflow run; resumable."""
     threads = pin_threads(threads)
@@ -63,7 +66,7 @@ def sweep(scenario, grid, overrides, seeds, jobs, executor, ray_address, out, tr
     if not grid:
         raise BadInput("--grid: give at least one KEY=V1,V2,... to sweep over")
     raw = choose_auth_env(apply_overrides(read_raw(scenario), list(overrides)), auth_env, scenario)
-    plan = plan_sweep(raw, scenario, list(grid), seeds)
+    plan = plan_sweep(raw, scenario, list(grid), seeds, max_cells)
     from harness.scenario.checks import preflight
     from victims.http.endpoint import read_headers, read_token
 

@@ -31,6 +31,7 @@ from torch import nn
 from victims.errors import BadInput
 from victims.limits import READ_AT_CHECK, check_model_archive
 from victims.models.builders import build_model
+from victims.models.onnx_check import check_onnx_graph
 
 FORMATS = ("auto", "state_dict", "safetensors", "onnx", "torchscript")
 MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024
@@ -134,6 +135,7 @@ def load_model_file(spec: Any, input_shape: tuple[int, ...], n_outputs: int) -> 
             raise BadInput(f"victim.model.path: {path} is not a loadable TorchScript file "
                            f"({type(exc).__name__})") from None
     if fmt == "onnx":
+        check_onnx_graph(path)  # sizes it would allocate, non-finite weights: before a session
         return OnnxModel(path, input_shape, n_outputs)
     state = read_tensors(path, fmt)
     model = build_model(spec.spec, input_shape, n_outputs)
@@ -154,6 +156,7 @@ def check_model_file(spec: Any, input_shape: tuple[int, ...], n_outputs: int) ->
     if fmt == "torchscript":
         return nn.Module()
     if fmt == "onnx":
+        check_onnx_graph(path)  # sizes it would allocate, non-finite weights: before a session
         return OnnxModel(path, input_shape)
     big = check_model_archive(path) > READ_AT_CHECK
     if fmt == "safetensors" and big:
