@@ -124,7 +124,7 @@ def raw_status(port: int, payload: bytes) -> str:
 
 def half_request(port: int, cap_s: float = 40.0) -> str:
     with socket.create_connection(("127.0.0.1", port)) as s:
-        s.sendall(b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"inp")
+        s.sendall(b"POST /invocations HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{\"inp")
         s.settimeout(cap_s)
         t0 = time.monotonic()
         try:
@@ -171,7 +171,7 @@ def slow_bodies(port: int, n_slow: int = 8, n_requests: int = 7) -> str:
     slow = []
     for _ in range(n_slow):
         s = socket.create_connection(("127.0.0.1", port))
-        s.sendall(b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        s.sendall(b"POST /invocations HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                   b"Content-Length: 5000\r\n\r\n{")
         slow.append(s)
     stop = threading.Event()
@@ -251,10 +251,10 @@ def main() -> None:
             ("2,000 idle connections: a client's latency", lambda p, _: idle_connections(p)),
             ("4 bodies of 200 MB", lambda p, proc: big_bodies(proc, p)),
             ("deeply nested JSON (100k levels)", lambda p, _: raw_status(
-                p, b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                p, b"POST /invocations HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                    b"Content-Length: 200011\r\n\r\n{\"inputs\": " + b"[" * 100000 + b"]" * 100000 + b"}")),
             ("bad Content-Length", lambda p, _: raw_status(
-                p, b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}")),
+                p, b"POST /invocations HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: abc\r\n\r\n{}")),
             ("wrong auth scheme (Basic)", lambda p, _: str(post(
                 p, json={"inputs": ROW}, headers={"Authorization": "Basic dXNlcjpwYXNz"}).status_code)),
             ("half-sent request", lambda p, _: half_request(p)),

@@ -31,6 +31,9 @@ from harness.threads import pin_threads
 @click.option("--model-name", default=None, metavar="NAME",
               help="The model's name in kserve-v2 / kserve-v1 URLs (default: the scenario's name).")
 @click.option("--log", "access_log", is_flag=True, help="Print one line per request (never keys).")
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
+              help="A host name clients may send in the Host header (besides IP addresses, localhost "
+                   "and --host); any other is refused (421), against DNS rebinding.")
 @click.option("--max-body-mb", type=click.FloatRange(min=0.001, max=1024), default=8.0, show_default=True,
               help="Largest request body accepted (413 beyond).")
 @click.option("--request-timeout", type=click.FloatRange(min=0.5, max=600), default=15.0, show_default=True,
@@ -39,7 +42,7 @@ from harness.threads import pin_threads
 @THREADS
 @guarded
 def serve(scenario, overrides, host, port, budget, keys_env, export_mlflow, protocol, model_name, access_log,
-          max_body_mb, request_timeout, trust_model_code, threads):
+          allow_hosts, max_body_mb, request_timeout, trust_model_code, threads):
     """Serve the SCENARIO's victim over HTTP (MLflow scoring protocol, or --protocol), defenses
     server side.
 
@@ -84,7 +87,8 @@ def serve(scenario, overrides, host, port, budget, keys_env, export_mlflow, prot
     try:
         limits = ServerLimits(max_body=int(max_body_mb * 1024 * 1024), request_timeout_s=request_timeout)
         server = VictimServer(served, host, port, budget=per_key, keys=keys, log=log, limits=limits,
-                              protocol=protocol, model_name=model_name or s.name)
+                              protocol=protocol, model_name=model_name or s.name,
+                              allow_hosts=(*allow_hosts, host))
     except OSError as exc:
         raise BadInput(f"--port: cannot listen on {host}:{port} ({exc.strerror})") from None
     defenses = ", ".join(served.defenses.active()) or "none"

@@ -27,6 +27,7 @@ from victims.errors import BadInput
 from victims.http.client import EndpointError, RemoteBackend
 from victims.http.secrets import clip
 from victims.http.wire import make_protocol
+from victims.http.wire_base import path_suffix
 
 V2_KEYS = ("input_name", "output_name", "datatype", "classification")  # keys only kserve-v2 reads
 PROBE_ORDER = ("kserve-v2 metadata (GET url)", "kserve-v1 status (GET url)", "torchserve /ping",
@@ -137,7 +138,7 @@ def _v2(backend: RemoteBackend, s: Any, pub: dict[str, Any], meta: Any, found: d
     except MetadataError as exc:
         raise BadInput(f"{exc} (metadata of {backend.where})") from None
     try:
-        ready = backend.get_json(f"{url}/ready")
+        ready = backend.get_json(path_suffix(proto.url, "/ready"))  # a query string stays last
     except EndpointError as exc:
         raise BadInput(f"victim.endpoint: the model at {backend.where} is not ready "
                        f"({backend.scrub(str(exc)).replace(backend.where + ': ', '')})") from None

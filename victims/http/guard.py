@@ -104,3 +104,29 @@ def guarded_protocol(limits: ServerLimits) -> type[H11Protocol]:
             super().connection_lost(exc)
 
     return GuardedH11Protocol
+
+
+def host_allowed(host_header: str | None, names: frozenset[str]) -> bool:
+    """Whether a request's Host header names this server: an IP address (v4 or [v6]), `localhost`,
+    or one of `names` (the operator's --allow-host), with any port; a request without one (HTTP/1.0)
+    too. Any other name is how a web page reaches a server on 127.0.0.1 through DNS rebinding."""
+    import ipaddress
+
+    if host_header is None:
+        return True
+    host = host_header.strip().lower()
+    if host.startswith("["):  # [v6]:port
+        host = host[1:].partition("]")[0]
+    elif host.count(":") == 1:
+        host = host.partition(":")[0]
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        return host.rstrip(".") in names | {"localhost"}
+
+
+def json_content_type(value: str | None) -> bool:
+    """Whether a Content-Type header says `application/json` (parameters such as charset allowed):
+    the only body a browser cannot send cross-site without asking first (CORS preflight)."""
+    return value is not None and value.partition(";")[0].strip().lower() == "application/json"

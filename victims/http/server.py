@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 from fastapi import Request  # at module level: FastAPI resolves the handlers' annotations here
 
-from victims.http.guard import ByteBudget, ServerLimits, guarded_protocol
+from victims.http.guard import ByteBudget, ServerLimits, guarded_protocol, host_allowed, json_content_type
+from victims.http.secrets import clip
 from victims.http.served import RequestError, ServedModel, parse_json
 
 __all__ = ["KeyBudgets", "ServerLimits", "VictimServer", "make_app"]
@@ -127,15 +128,17 @@ PROTOCOLS = ("mlflow", "kserve-v2", "kserve-v1")
 
 def make_app(served: ServedModel, budgets: KeyBudgets, keys: set[str] | None,
              limits: ServerLimits = ServerLimits(), log: Any = None, protocol: str = "mlflow",
-             model_name: str = "model") -> Any:
+             model_name: str = "model", allow_hosts: tuple[str, ...] = ()) -> Any:
     """The ASGI app (FastAPI) for one served victim, speaking `protocol` (victims/http/server_oip.py
-    holds the kserve-v2 and kserve-v1 shapes) for the model `model_name`."""
+    holds the kserve-v2 and kserve-v1 shapes) for the model `model_name`; requests whose Host is not
+    an address, `localhost` or one of `allow_hosts`, and POSTs not declared JSON, are refused."""
     import anyio
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse, Response
     from starlette.exceptions import HTTPException
 
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
+    hosts = frozenset(h.strip().lower().rstrip(".") for h in allow_hosts)
     buffered = ByteBudget(limits.body_bytes)
     workers = anyio.CapacityLimiter(limits.max_inflight)
 
@@ -150,7 +153,17 @@ def make_app(served: ServedModel, budgets: KeyBudgets, keys: set[str] | None,
     def access(request: Request, status: int) -> None:
         if log is not None:  # method, path and status only: never headers, keys or query strings
             host = request.client.host if request.client else "-"
-            log(f"{host} {request.method} {request.url.path} {status}")
+            log(f"{host} {clip(request.method, 16)} {shown_path(request)} {status}")
+
+    def refusal(request: Request) -> RequestError | None:
+        """A request this server refuses before routing: a Host naming another server (DNS
+        rebinding), a POST body that is not declared JSON (a cross-site form or text/plain POST)."""
+        if not host_allowed(request.headers.get("host"), hosts):
+            return RequestError(421, "MISDIRECTED_REQUEST", "the Host header names another server "
+                                "(leakmeter serve --allow-host NAME adds a name)")
+        if request.method == "POST" and not json_content_type(request.headers.get("content-type")):
+            return RequestError(415, "UNSUPPORTED_MEDIA_TYPE", "Content-Type must be application/json")
+        return None
 
     async def read_body(request: Request) -> bytes:
         """The body, buffered against the server's byte budget as it arrives (a slow sender holds
@@ -233,14 +246,33 @@ def make_app(served: ServedModel, budgets: KeyBudgets, keys: set[str] | None,
     async def http_error(request: Request, exc: HTTPException) -> Response:
         code = {404: "ENDPOINT_NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, "BAD_REQUEST")
         access(request, exc.status_code)
-        return error(RequestError(exc.status_code, code, f"no route {request.method} {request.url.path}"))
+        return error(RequestError(exc.status_code, code, f"no route {clip(request.method, 16)} "
+                                                         f"{shown_path(request)}"))
 
     @app.exception_handler(Exception)
     async def crash(request: Request, exc: Exception) -> Response:  # a server bug: 500, never a hang
         access(request, 500)
         return error(RequestError(500, "INTERNAL_ERROR", type(exc).__name__))
 
-    return app
+    async def gated(scope: Any, receive: Any, send: Any) -> None:
+        """The app behind the Host and Content-Type checks (`refusal`)."""
+        if scope["type"] == "http":
+            request = Request(scope)
+            refused = refusal(request)
+            if refused is not None:
+                access(request, refused.status)
+                await error(refused)(scope, receive, send)
+                return
+        await app(scope, receive, send)
+
+    gated.app = app  # type: ignore[attr-defined]
+    return gated
+
+
+def shown_path(request: Request) -> str:
+    """A request's path as the log and error messages show it: one line, control characters
+    escaped (a client without a key could write escape sequences to the operator's terminal)."""
+    return clip(request.url.path, 200)
 
 
 class VictimServer:
@@ -249,7 +281,8 @@ class VictimServer:
 
     def __init__(self, served: ServedModel, host: str = "127.0.0.1", port: int = 0,
                  budget: int | None = None, keys: set[str] | None = None, log: Any = None,
-                 limits: ServerLimits | None = None, protocol: str = "mlflow", model_name: str = "model"):
+                 limits: ServerLimits | None = None, protocol: str = "mlflow", model_name: str = "model",
+                 allow_hosts: tuple[str, ...] = ()):
         import uvicorn
 
         self.protocol, self.model_name = protocol, model_name
@@ -267,7 +300,7 @@ class VictimServer:
         except OSError:
             self.sock.close()
             raise
-        app = make_app(served, self.budgets, keys, self.limits, log, protocol, model_name)
+        app = make_app(served, self.budgets, keys, self.limits, log, protocol, model_name, allow_hosts)
         config = uvicorn.Config(app, http=guarded_protocol(self.limits), ws="none", lifespan="off",
                                 log_config=None, log_level="error", access_log=False,
                                 timeout_keep_alive=int(self.limits.keep_alive_s),

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from victims.http.protocol import AUTH, EXPLAIN, extract_path, fill, template_has
-from victims.http.wire_base import AnswerError, WireProtocol, answer_field, error_text
+from victims.http.wire_base import AnswerError, WireProtocol, answer_field, error_text, path_suffix
 
 __all__ = ["AnswerError", "WireProtocol", "error_text", "make_protocol"]
 
@@ -77,7 +77,7 @@ class KServeV1Protocol(WireProtocol):
     name = "kserve-v1"
 
     def target(self, explain: str | None) -> str:
-        return f"{self.url.rstrip('/')}:{'explain' if explain else 'predict'}"
+        return path_suffix(self.url, ":explain" if explain else ":predict")
 
     def body(self, rows: list, explain: str | None) -> Any:
         return {"instances": rows}

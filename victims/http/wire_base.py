@@ -4,8 +4,17 @@ error it raises when a response holds no answer, and the message of error-shaped
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from victims.http.secrets import clip
+
+
+def path_suffix(url: str, suffix: str) -> str:
+    """`url` with `suffix` (`/infer`, `:predict`) added to its path, its query and fragment kept
+    after it: a key in the query string (`?code=...`) stays a query parameter (it used to end up
+    as `?code=KEY/infer`)."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=parts.path.rstrip("/") + suffix))
 
 
 class AnswerError(Exception):

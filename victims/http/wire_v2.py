@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from victims.http.secrets import clip
-from victims.http.wire_base import AnswerError, WireProtocol, error_text
+from victims.http.wire_base import AnswerError, WireProtocol, error_text, path_suffix
 
 NUMERIC = {"FP16", "FP32", "FP64", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32",
            "UINT64", "BOOL"}
@@ -57,7 +57,7 @@ class OpenInferenceProtocol(WireProtocol):
         self.metadata: dict[str, Any] = {}
 
     def target(self, explain: str | None) -> str:
-        return f"{self.url.rstrip('/')}/infer"
+        return path_suffix(self.url, "/infer")
 
     # ------------------------------------------------------------------ start-up
     def read_metadata(self, meta: Any, dim: int, spec: Any) -> dict[str, Any]:

@@ -62,7 +62,7 @@ def server(tmp_path_factory):
 
 
 def _post(port, data=None, headers=None, **kw):
-    h = {"Authorization": f"Bearer {KEY}", **(headers or {})}
+    h = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json", **(headers or {})}
     return requests.post(f"http://127.0.0.1:{port}/invocations", data=data, headers=h, timeout=10, **kw)
 
 
@@ -86,7 +86,7 @@ def test_malformed_requests_are_4xx_never_500(server):
     assert _post(port, data=b"\xff\xfe{}").status_code == 400
     assert _post(port, data=b'{"inputs": [["NaN"]]}').status_code == 400
     for bad in (b"abc", b"-5", b"1e3", b"12, 13"):
-        head = _raw(port, b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Length: " + bad + b"\r\n\r\n{}")
+        head = _raw(port, b"POST /invocations HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: " + bad + b"\r\n\r\n{}")
         assert head.startswith(b"HTTP/1.1 400"), (bad, head[:60])
     r = requests.get(f"http://127.0.0.1:{port}/nope?key=leak-me-not", timeout=5)
     assert r.status_code == 404 and "leak-me-not" not in r.text
@@ -120,7 +120,7 @@ def test_a_spent_key_gets_429_and_another_key_does_not(server):
 def test_2000_idle_connections_and_a_half_sent_request_do_not_starve_a_client(server):
     _, port = server
     half = socket.create_connection(("127.0.0.1", port))
-    half.sendall(b"POST /invocations HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+    half.sendall(b"POST /invocations HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + KEY.encode() +
                  b"\r\nContent-Length: 100\r\n\r\n{\"inp")  # then nothing more
     opened = time.monotonic()
     idle = []
@@ -246,7 +246,7 @@ def test_slow_bodies_do_not_make_a_legitimate_client_wait(server):
     try:
         for _ in range(8):
             s = socket.create_connection(("127.0.0.1", port))
-            s.sendall(b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            s.sendall(b"POST /invocations HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                       b"Authorization: Bearer " + KEY.encode() + b"\r\nContent-Length: 5000\r\n\r\n{")
             slow.append(s)
         stop = threading.Event()
