@@ -21,6 +21,7 @@ from typing import Any
 from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
 
 from reports.outputs import write_output
+from reports.text import xml_text
 
 LEVELS = ("low", "medium", "high")
 
@@ -42,7 +43,7 @@ def attack_case(a: dict[str, Any], scenario: str, fail_on: str) -> TestCase:
     family = a.get("family") or "attack"
     case = TestCase(name=a.get("name", "?"), classname=f"leakmeter.{scenario}.{family}",
                     time=float(a.get("wall_s") or 0.0))
-    reason = str(a.get("reason") or "")
+    reason = xml_text(a.get("reason") or "")  # an endpoint's ESC/BEL broke the XML writer
     status = a.get("status")
     if _reaches(a.get("risk"), fail_on):
         res = Failure(f"risk {a['risk']} (fails at {fail_on}): {reason}", f"risk.{a['risk']}")
@@ -50,35 +51,35 @@ def attack_case(a: dict[str, Any], scenario: str, fail_on: str) -> TestCase:
         case.result = [res]
     elif status == "error":
         res = Error(reason or "the attack crashed", "attack.error")
-        res.text = str(a.get("traceback") or reason)
+        res.text = xml_text(a.get("traceback") or reason)
         case.result = [res]
     elif status in ("skipped", "incomplete"):
         why = reason if status == "skipped" else (
             f"incomplete (stopped by {a.get('stopped_by') or 'unknown'}; "
             f"risk {a.get('risk') or '-'}): {reason}")
         case.result = [Skipped(why)]
-    case.system_out = _metrics_text(a)
+    case.system_out = xml_text(_metrics_text(a))
     return case
 
 
 def report_suite(report: dict[str, Any], name: str | None = None) -> TestSuite:
     """One report (a run, or one cell of a sweep) as a test suite."""
-    scenario = str(report.get("scenario") or "scenario")
+    scenario = xml_text(report.get("scenario") or "scenario")
     fail_on = (report.get("policy") or {}).get("fail_on", "high")
     suite = TestSuite(name or f"leakmeter {scenario}")
     if report.get("started_at"):
         suite.timestamp = str(report["started_at"])
     for key in ("verdict", "risk", "leakmeter_version", "scenario_sha256", "device", "mlflow_run_id"):
         if report.get(key) is not None:
-            suite.add_property(key, str(report[key]))
+            suite.add_property(key, xml_text(report[key]))
     for a in report.get("attacks") or []:
         suite.add_testcase(attack_case(a, scenario, fail_on))
     problems = []
     if report.get("error"):
-        problems.append(Error(f"the run crashed: {report['error']}", "run.error"))
+        problems.append(Error(xml_text(f"the run crashed: {report['error']}"), "run.error"))
     if report.get("rero_violations"):
         problems.append(Failure("measured reconstruction above its DP bound: "
-                                + "; ".join(report["rero_violations"]), "rero.violation"))
+                                + xml_text("; ".join(report["rero_violations"])), "rero.violation"))
     if problems:
         case = TestCase(name="run", classname=f"leakmeter.{scenario}", time=0.0)
         case.result = problems[:1]
@@ -91,7 +92,7 @@ def crashed_suite(label: str, scenario: str, error: str) -> TestSuite:
     """A sweep cell that crashed before it produced a report."""
     suite = TestSuite(f"leakmeter {scenario} [{label}]")
     case = TestCase(name="run", classname=f"leakmeter.{scenario}", time=0.0)
-    case.result = [Error(error, "run.error")]
+    case.result = [Error(xml_text(error), "run.error")]
     suite.add_testcase(case)
     suite.update_statistics()
     return suite

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from reports.outputs import write_output
+from reports.text import md_inline
 
 
 def _clean(v: Any) -> Any:
@@ -47,7 +48,7 @@ def _cell(v: Any) -> str:
     """A table cell: "—" for a missing value (never "None"), numbers to 4 significant digits."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "—"
-    return _fmt(v).replace("|", "\\|")
+    return md_inline(_fmt(v))  # one line, Markdown escaped (a "|" no longer ends the cell)
 
 
 def _flags(row: dict[str, Any]) -> str:
@@ -64,14 +65,14 @@ def to_markdown(report: dict[str, Any]) -> str:
     """A human-readable summary: verdict first, then victim, privacy, bounds and attacks."""
     v = str(report.get("verdict") or "error")
     lines = [
-        f"# leakmeter report: {report.get('scenario')}",
+        f"# leakmeter report: {md_inline(report.get('scenario'))}",
         "",
         f"**Verdict: {v.upper()}** (worst scored risk: {report.get('risk') or 'none'}; "
         f"the policy fails at {(report.get('policy') or {}).get('fail_on', 'high')})",
         "",
     ]
     if report.get("verdict_reason"):
-        lines += [str(report["verdict_reason"]), ""]
+        lines += [md_inline(report["verdict_reason"]), ""]
     if report.get("interrupted"):
         lines += [f"**Interrupted by {report['interrupted']}:** the results below are partial.", ""]
     shown = (("leakmeter_version", "leakmeter"), ("started_at", "started"), ("duration_s", "took (s)"),
@@ -80,19 +81,21 @@ def to_markdown(report: dict[str, Any]) -> str:
     if run:
         lines += ["; ".join(run), ""]
     if report.get("error"):
-        lines += [f"**The run crashed:** {report['error']}", ""]
+        lines += [f"**The run crashed:** {md_inline(report['error'])}", ""]
     vic = report.get("victim") or {}
     lines += ["## Victim", ""]
     for k, val in vic.items():
         if not isinstance(val, dict | list):
-            lines.append(f"- {k}: {_fmt(val)}")
+            lines.append(f"- {md_inline(k)}: {md_inline(_fmt(val))}")
     ep = vic.get("endpoint")
     if isinstance(ep, dict):  # a remote victim: where, and which protocol answered
         found = " (found by protocol: auto)" if ep.get("protocol_requested") == "auto" else ""
-        lines.append(f"- endpoint: {ep.get('url')}, protocol {ep.get('protocol')}{found}")
+        lines.append(f"- endpoint: {md_inline(ep.get('url'))}, protocol {md_inline(ep.get('protocol'))}"
+                     f"{found}")
         meta = ep.get("metadata")
         if isinstance(meta, dict):
-            lines.append("- model metadata: " + ", ".join(f"{k} {_fmt(v)}" for k, v in meta.items()))
+            lines.append("- model metadata: " + ", ".join(f"{md_inline(k)} {md_inline(_fmt(v))}"
+                                                          for k, v in meta.items()))
     d = report.get("defenses") or []
     lines.append(f"- defenses: {', '.join(d) if d else 'none'}")
     priv = report.get("privacy")
@@ -121,17 +124,18 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"| {a.get('name')} | {a.get('family', '')} | {a.get('status') or '?'} | "
             f"{a.get('stopped_by') or '-'} | {a.get('risk') or '-'} | {a.get('queries', 0)} | "
-            f"{_fmt(a.get('wall_s', 0.0))} | {a.get('reason', '')} |"
+            f"{_fmt(a.get('wall_s', 0.0))} | {md_inline(a.get('reason', ''))} |"
         )
     for a in report.get("attacks", []):
         if a.get("metrics"):
             lines += ["", f"### {a.get('name')}", ""]
             if a.get("progress"):
-                lines.append(f"Progress: {a['progress']}.")
+                lines.append(f"Progress: {md_inline(a['progress'])}.")
             lines += [f"- {k}: {_fmt(val)}" for k, val in sorted(a["metrics"].items())]
-            lines += [f"- note: {n}" for n in a.get("notes", [])]
+            lines += [f"- note: {md_inline(n)}" for n in a.get("notes", [])]
     if report.get("warnings"):
         lines += ["", "## Warnings raised during the run", ""]
-        lines += [f"- {w.get('category')}: {w.get('message')} ({w.get('source')}, ×{w.get('count')})"
+        lines += [f"- {md_inline(w.get('category'))}: {md_inline(w.get('message'))} "
+                  f"({md_inline(w.get('source'))}, ×{w.get('count')})"
                   for w in report["warnings"] if isinstance(w, dict)]
     return "\n".join(lines) + "\n"

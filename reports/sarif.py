@@ -28,6 +28,7 @@ from reports import mitigation
 from reports.compare import key_metric
 from reports.metadata import leakmeter_version
 from reports.outputs import write_output
+from reports.text import one_line
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 LEVEL_OF_RISK = {"high": "error", "medium": "warning", "low": "note"}
@@ -136,7 +137,7 @@ def _message(a: dict[str, Any], report: dict[str, Any], scenario: dict[str, Any]
     head = f"{a.get('name')}: risk {a.get('risk') or 'not judged'}"
     if status != "ok":
         head += f", {status}" + (f" (stopped by {a['stopped_by']})" if a.get("stopped_by") else "")
-    parts = [f"[{cell}] {head}" if cell else head, str(a.get("reason") or "").strip()]
+    parts = [f"[{cell}] {head}" if cell else head, one_line(a.get("reason") or "")]  # one line, no controls
     advice = mitigation.render_advice(a, report, scenario, sweep)
     if advice:
         parts.append("What to change: " + " ".join(advice))

@@ -18,7 +18,9 @@ from typing import Any
 _SPACE = re.compile(r"[ \t\n\v\f\r\x1c-\x1f\x85\u2028\u2029]++")
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u206f"
                       r"\ufeff\ufff9-\ufffb\ud800-\udfff]")
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#!|~])")
+# enough to make a value inert: no link or image (`[`), autolink or HTML (`<`), code span, emphasis
+# (`*`), table cell break (`|`); one line, so no heading, list or quote can start
+_MD_SPECIAL = re.compile(r"([\\`*\[\]<>|])")
 
 
 def _escape(m: re.Match[str]) -> str:
@@ -34,8 +36,8 @@ def one_line(text: Any) -> str:
 
 
 def md_inline(text: Any) -> str:
-    """`text` as inert Markdown inside a line or a table cell: one line, every Markdown
-    metacharacter backslash-escaped (no heading, emphasis, link, image, HTML or cell break)."""
+    """`text` as inert Markdown inside a line or a table cell: one line, the characters that start
+    a link, an image, HTML, a code span, emphasis or a cell break backslash-escaped."""
     return _MD_SPECIAL.sub(r"\\\1", one_line(text))
 
 

@@ -9,6 +9,8 @@ from functools import wraps
 
 import click
 
+from reports.text import one_line
+
 THREADS = click.option("--threads", type=click.IntRange(min=1), default=None,
                        help="Threads per process for torch/BLAS (default 1, or LEAKMETER_THREADS).")
 TRUST = click.option(
@@ -120,16 +122,16 @@ def print_attacks(report: dict) -> None:
         risk = a.get("risk") or "-"
         status = a["status"] + (f"/{a['stopped_by']}" if a.get("stopped_by") else "")
         click.echo(f"  {a['name']:<26} {status:<19} risk={risk:<6} queries={a.get('queries', 0):<8}"
-                   f" {a.get('reason', '')}")
+                   f" {one_line(a.get('reason', ''))}")  # endpoint text: one line, no controls
 
 
 def print_verdict(report: dict) -> None:
     """The verdict line (and a warning when an inconclusive run is let through)."""
     if report.get("error"):
-        click.echo(f"run crashed: {report['error']}", err=True)
+        click.echo(f"run crashed: {one_line(report['error'])}", err=True)
     v = report.get("verdict")
     click.echo(f"verdict: {v} (risk {report.get('risk') or 'none scored'}): "
-               f"{report.get('verdict_reason', '')}")
+               f"{one_line(report.get('verdict_reason', ''))}")
     if v == "inconclusive" and (report.get("policy") or {}).get("on_inconclusive") == "pass":
         click.echo("leakmeter: warning: the verdict is inconclusive (no risk shown, but not every "
                    "attack finished); policy.on_inconclusive: pass lets it exit 0", err=True)

@@ -329,13 +329,18 @@ class RemoteBackend:
             except _Transient as exc:
                 self.stats.fault(exc.kind, who)
                 last, last_kind, wait = str(exc), exc.kind, exc.wait
+                if exc.kind == "deadline":  # a server that trickled a whole deadline away does it
+                    attempts = attempt + 1  # again: not re-sent (4 tries held a scan 4 × deadline_s)
+                    break
             except EndpointError:
                 self.stats.fault("refused", who)
                 raise
             if attempt + 1 < attempts:
                 backoff = self.spec.backoff_s * (2**attempt) * (1 + 0.25 * random.random())
                 self._sleep(min(MAX_BACKOFF_S, wait if wait is not None else backoff))
-        msg = self.scrub(f"{self.where}: {last} (gave up after {attempts} attempts)")
+        msg = self.scrub(f"{self.where}: {last} (" + ("not re-sent: an endpoint that held one answer past "
+                                                      "its deadline holds the next" if last_kind == "deadline"
+                                                      else f"gave up after {attempts} attempts") + ")")
         if last_kind == "429":
             raise EndpointRefused(f"{msg}: rate limited without recovery")
         raise EndpointFaults(msg)

@@ -86,7 +86,8 @@ def test_malformed_requests_are_4xx_never_500(server):
     assert _post(port, data=b"\xff\xfe{}").status_code == 400
     assert _post(port, data=b'{"inputs": [["NaN"]]}').status_code == 400
     for bad in (b"abc", b"-5", b"1e3", b"12, 13"):
-        head = _raw(port, b"POST /invocations HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: " + bad + b"\r\n\r\n{}")
+        head = _raw(port, b"POST /invocations HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: " + bad
+                    + b"\r\n\r\n{}")
         assert head.startswith(b"HTTP/1.1 400"), (bad, head[:60])
     r = requests.get(f"http://127.0.0.1:{port}/nope?key=leak-me-not", timeout=5)
     assert r.status_code == 404 and "leak-me-not" not in r.text
