@@ -4,6 +4,8 @@
     LEAKMETER_CHECKOUT=/path/to/other python benchmarks/safety_table.py   # another version
     python benchmarks/safety_table.py --before /work/before   # issue 24's cases, before → after
     python benchmarks/safety_table.py --before /work/before --cases 1,7,14   # some of them
+    python benchmarks/safety_table.py --before /work/before --round 33      # issue 33's cases
+    python benchmarks/safety_table.py --before /work/before --round 33 --cases E02,N1
 
 First table (one checkout): the validation table of tests/harness/test_validation_table.py, a
 crafted TorchScript file and a crafted pickle that create a marker file if any of their code runs
@@ -13,7 +15,9 @@ sent): exit codes, seconds, tracebacks and the first error line.
 Second table (`--before`): one row per hostile case of issue 24 (benchmarks/hostile_cases.py,
 numbered by the issue's items), measured on the other checkout and on this one in the same run:
 secrets that leak, memory, exit codes, what a server answers. Some rows take a minute (an MLflow
-server, a sweep stopped by SIGTERM, an answer trickled until a deadline).
+server, a sweep stopped by SIGTERM, an answer trickled until a deadline). `--round 33`: issue 33's
+cases instead (benchmarks/hostile_round4.py: endpoint text that forges output or stalls the
+scrubber, JSON floods, ONNX graphs, sweep caps, serve's Host gate, ...), numbered E02–E16, N1.
 """
 
 from __future__ import annotations
@@ -121,11 +125,15 @@ def budget_zero_row(folder: Path) -> str:
     return f"{line} connections received: {received[0]} |"
 
 
-def before_after(before: Path, cases: set[str] | None) -> None:
-    """Issue 24's cases: | case | before | after |, each measured on both checkouts now."""
-    from hostile_cases import CASES
+def before_after(before: Path, cases: set[str] | None, issue: str = "24") -> None:
+    """Issue 24's cases (or issue 33's, `--round 33`: benchmarks/hostile_round4.py):
+    | case | before | after |, each measured on both checkouts now."""
+    if issue == "33":
+        from hostile_round4 import CASES
+    else:
+        from hostile_cases import CASES
 
-    print("| case (issue 24 item) | before | after |\n|---|---|---|")
+    print(f"| case (issue {issue} item) | before | after |\n|---|---|---|")
     for name, case in CASES:
         if cases and name.split()[0] not in cases:
             continue
@@ -145,7 +153,8 @@ def main() -> None:
     if "--before" in sys.argv:
         i = sys.argv.index("--before")
         chosen = sys.argv[sys.argv.index("--cases") + 1].split(",") if "--cases" in sys.argv else None
-        before_after(Path(sys.argv[i + 1]).resolve(), set(chosen) if chosen else None)
+        issue = sys.argv[sys.argv.index("--round") + 1] if "--round" in sys.argv else "24"
+        before_after(Path(sys.argv[i + 1]).resolve(), set(chosen) if chosen else None, issue)
         return
     print("| input | validate | run | first error line |\n|---|---|---|---|")
     for name, (mutation, _words) in ([] if "--files-only" in sys.argv else ROWS.items()):
