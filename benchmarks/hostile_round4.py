@@ -60,10 +60,10 @@ def scrub_stall(checkout: Path, tmp: Path) -> str:
 
 
 def forged_lines(checkout: Path, tmp: Path) -> str:
-    """E07, E08, E10: an error body with line breaks, a workflow command, a Markdown heading and
+    """E07, E08, E10: an error-shaped answer ({"error": ...}, HTTP 200) with line breaks, a workflow command, a Markdown heading and
     image, OSC 52 / OSC 0 escape sequences; run with --junit."""
     body = json.dumps({"error": HOSTILE}).encode()
-    srv = http_server(lambda h, b, i: send(h, 200, probs(len(b["inputs"]))) if i == 0 else send(h, 500, body))
+    srv = http_server(lambda h, b, i: send(h, 200, probs(len(b["inputs"]))) if i == 0 else send(h, 200, body))
     try:
         r = leakmeter(checkout, ["run", str(scenario(tmp, endpoint_scenario(url_of(srv), retries=1))),
                                  "--out", "o", "--junit", "r.xml"], tmp, timeout=120)
