@@ -117,7 +117,8 @@ def tracking_token(checkout: Path, tmp: Path) -> str:
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         uri = f"http://127.0.0.1:{srv.server_address[1]}"
-        r = leakmeter(checkout, ["run", str(scenario(tmp, base())), "--tracking-uri", uri, "--out", "o"], tmp,
+        data = base(tracking={"enabled": True, "experiment": "e4"})
+        r = leakmeter(checkout, ["run", str(scenario(tmp, data)), "--tracking-uri", uri, "--out", "o"], tmp,
                       env={"MLFLOW_TRACKING_TOKEN": token, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"},
                       timeout=120)
     finally:
@@ -178,7 +179,7 @@ def onnx_file(kind: str) -> Callable[[Path, Path], str]:
         data = base(victim={"model": {"arch": "file", "path": str(path), "format": "onnx"},
                             "data": {"dataset": "gaussian", "dim": 4, "labels": "victim",
                                      "task": "regression",
-                                     "n_train": 20, "n_test": 20, "attacker_pool": 10}},
+                                     "n_train": 20, "n_test": 20}},
                     interface={"kind": "prediction", "output": "logits"},
                     attacks=[{"name": "finite_difference_exact"}])
         p = scenario(tmp, data)
