@@ -60,8 +60,8 @@ def scrub_stall(checkout: Path, tmp: Path) -> str:
 
 
 def forged_lines(checkout: Path, tmp: Path) -> str:
-    """E07, E08, E10: an error-shaped answer ({"error": ...}, HTTP 200) with line breaks, a workflow command, a Markdown heading and
-    image, OSC 52 / OSC 0 escape sequences; run with --junit."""
+    """E07, E08, E10: an error-shaped answer ({"error": ...}, HTTP 200) with line breaks, a workflow
+    command, a Markdown heading and image, OSC 52 / OSC 0 escape sequences; run with --junit."""
     body = json.dumps({"error": HOSTILE}).encode()
     srv = http_server(lambda h, b, i: send(h, 200, probs(len(b["inputs"]))) if i == 0 else send(h, 200, body))
     try:
@@ -229,7 +229,7 @@ def serve_gate(checkout: Path, tmp: Path) -> str:
     env = {**os.environ, "LEAKMETER_THREADS": "1", "PYTHONPATH": str(checkout)}
     proc = subprocess.Popen([sys.executable, "-c", "from harness.cli import main; main()", "serve", str(path),
                              "--port", "0", "--log"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                            cwd=tmp)
+                            cwd=tmp, text=True)
     port = int(proc.stdout.readline().split("127.0.0.1:")[1].split("/")[0])
     row = json.dumps({"inputs": [[0.0] * 64]}).encode()
     try:

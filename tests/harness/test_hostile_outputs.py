@@ -36,7 +36,8 @@ def test_out_into_an_existing_folder_keeps_and_does_not_upload_what_was_there(tm
     (out / "private.html").write_text("<p>private notes</p>")
     s = make_scenario(attacks=[{"name": "span_nonadaptive"}], tracking={"experiment": "e5"},
                       interface={"kind": "prediction", "output": "probabilities"})
-    s["victim"] = {"model": {"arch": "mlp", "hidden": [4]}, "data": {"dataset": "breast_cancer", "n_train": 60},
+    s["victim"] = {"model": {"arch": "mlp", "hidden": [4]},
+                   "data": {"dataset": "breast_cancer", "n_train": 60},
                    "training": {"epochs": 1, "dtype": "float64"}}
     report = run_scenario(scenario_from_dict(s), tracking_uri=tracking_uri, out=out)
     assert (out / "empty-but-mine").is_dir()
