@@ -41,7 +41,7 @@ def main() -> None:
           f"{'risk':>7s} {'s':>6s}")
     for name, attacks in CASES:
         for seed in args.seeds:
-            sets = [f"seed={seed}", "attacks=[" + ", ".join("{name: %s}" % a for a in attacks) + "]"]
+            sets = [f"seed={seed}", "attacks=[" + ", ".join(f"{{name: {a}}}" for a in attacks) + "]"]
             s = load_scenario(ROOT / "scenarios" / f"{name}.yaml", sets)
             s.device, s.tracking.enabled = args.device, False
             t0 = time.perf_counter()

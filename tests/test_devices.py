@@ -86,3 +86,6 @@ def test_shipped_victims_stay_on_the_cpu_and_256_reference_models_go_to_cuda():
 def test_flop_estimate_counts_the_model():
     lin = torch.nn.Sequential(torch.nn.Linear(10, 20), torch.nn.ReLU(), torch.nn.Linear(20, 3))
     assert devices.forward_flop(lin, torch.zeros(1, 10)) == 2 * (10 * 20 + 20 * 3)
+    conv = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.Flatten(), torch.nn.Linear(144, 2))
+    assert devices.forward_flop(conv, torch.zeros(1, 1, 8, 8)) == 2 * (4 * 6 * 6 * 9 + 144 * 2)
+    assert devices.forward_flop(conv, torch.zeros(1, 5)) == 2 * sum(p.numel() for p in conv.parameters())

@@ -2,14 +2,15 @@
 
 `device: cpu` puts everything on the CPU, `device: cuda` everything on the GPU (bad input
 without one). `device: auto` asks per part of the run (`DevicePolicy.place`): a part goes to
-CUDA only when a GPU is present and its estimated work (floating-point operations) reaches
-`CUDA_MIN_FLOP[part]`; everything smaller — the per-query work of most attacks, a small victim
-and what its answers feed — stays on the CPU, where the shipped models ran faster (the H100
-figures in ../shared/GPU.md: whole runs 1.3× slower on CUDA, the GPU idle on per-query work;
-only batched training of many models — kkt's and reconn's shadows — ran 2.4–3.6× faster).
-The thresholds are the work of about one second of one CPU core at the shipped models' rate
-(~2·10¹⁰ flop/s measured here for stacked MLP training) plus CUDA's start-up; benchmarks/gpu.py
-measures both sides of each (a GPU run of benchmarks/gpu_recipe.sh re-measures them).
+CUDA only when a GPU is present, its estimated work (floating-point operations) reaches
+`CUDA_MIN_FLOP[part]` and, where it is a loop of optimizer steps, one step's work reaches
+`CUDA_MIN_STEP_FLOP` (a smaller step is bound by kernel launches on a GPU). Everything smaller —
+the per-query work of most attacks, a small victim and what its answers feed — stays on the CPU,
+where the shipped models ran faster (the H100 figures in ../shared/GPU.md: whole runs 1.3× slower
+on CUDA, the GPU idle on per-query work; only batched training of many models — kkt's and reconn's
+shadows — ran 2.4–3.6× faster). The thresholds are about one second of one CPU core's work at the
+shipped models' rate (~2·10¹⁰ flop/s for stacked MLP training) plus CUDA's start-up; they are
+estimates until a GPU run of benchmarks/gpu_recipe.sh measures both sides (benchmarks/gpu.py).
 Every placement is recorded; the report's `devices` entry lists which part ran where.
 
 Answers that do not depend on the batch (issue 34): a matmul kernel's summation order depends on
@@ -40,6 +41,9 @@ CUDA_MIN_FLOP = {
     "surrogate": 3e10,         # the surrogate's training on its queries
     "reconstructor": 3e10,     # reconn's reconstructor network
 }
+# flop of one optimizer step below which a GPU step costs more than a CPU one (~1 ms of one core:
+# about what a small model's ~20 kernel launches and an optimizer step cost on a GPU)
+CUDA_MIN_STEP_FLOP = 2e7
 # rows per forward pass of a deployed victim's answers (a block is always this long)
 ANSWER_ROWS = {"cpu": 32, "cuda": 1024}
 
@@ -68,14 +72,18 @@ class DevicePolicy:
             return cls(requested, torch.device(requested))  # e.g. cuda:1, mps: everything there
         return cls(requested, torch.device("cuda") if cuda_present() else None)
 
-    def place(self, part: str, flop: float, note: str = "") -> torch.device:
-        """The device for one part of the run with this much estimated work (recorded)."""
+    def place(self, part: str, flop: float, note: str = "", step_flop: float | None = None) -> torch.device:
+        """The device for one part of the run with this much estimated work, `step_flop` per
+        optimizer step where it is trained (recorded)."""
         if part not in CUDA_MIN_FLOP:
             raise ValueError(f"unknown part {part!r} (known: {', '.join(PARTS)})")
         if self.requested == "cpu" or self.cuda is None:
             dev, why = torch.device("cpu"), ("device: cpu" if self.requested == "cpu" else "no GPU present")
         elif self.requested != "auto":
             dev, why = self.cuda, f"device: {self.requested}"
+        elif step_flop is not None and step_flop < CUDA_MIN_STEP_FLOP:
+            dev, why = torch.device("cpu"), (f"~{step_flop:.2g} flop per step < {CUDA_MIN_STEP_FLOP:.2g}: "
+                                             "launch-bound on a GPU")
         elif flop >= CUDA_MIN_FLOP[part]:
             dev, why = self.cuda, f"~{flop:.2g} flop ≥ {CUDA_MIN_FLOP[part]:.2g}: pays on the GPU"
         else:
@@ -97,7 +105,8 @@ class DevicePolicy:
         """The report's `devices` entry."""
         return {"requested": self.requested, "cuda_available": self.cuda is not None,
                 "parts": {k: dict(v) for k, v in self.parts.items()},
-                "cuda_min_flop": dict(CUDA_MIN_FLOP) if self.requested == "auto" else {}}
+                "cuda_min_flop": dict(CUDA_MIN_FLOP) if self.requested == "auto" else {},
+                "cuda_min_step_flop": CUDA_MIN_STEP_FLOP if self.requested == "auto" else None}
 
 
 def activate(requested: str) -> DevicePolicy:
@@ -131,14 +140,26 @@ def answer_rows(device: Any) -> int:
 
 
 def forward_flop(model: torch.nn.Module, x1: torch.Tensor) -> float:
-    """Floating-point operations of one forward pass of `model` on the one-row batch x1 (torch's
-    flop counter: matmuls and convolutions; 2 × parameters when it counts nothing)."""
-    from torch.utils.flop_counter import FlopCounterMode
+    """Floating-point operations of one forward pass of `model` on the one-row batch x1: its
+    Linear and Conv layers' multiply-adds (forward hooks; torch's own flop counter costs seconds
+    to import), or 2 × parameters when the model has none (a TorchScript or ONNX file)."""
+    total = [0.0]
 
+    def hook(mod, inputs, out):
+        if isinstance(mod, torch.nn.Linear):
+            total[0] += 2.0 * mod.in_features * out.numel()
+        else:
+            k = mod.weight[0].numel()  # in_channels / groups × kernel
+            total[0] += 2.0 * k * out.numel()
+
+    kinds = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+    handles = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, kinds)]
     try:
-        with torch.no_grad(), FlopCounterMode(display=False) as fc:
+        with torch.no_grad():
             model(x1)
-        counted = float(fc.get_total_flops())
     except Exception:  # noqa: BLE001 - an estimate: fall back to the parameter count
-        counted = 0.0
-    return counted or 2.0 * sum(p.numel() for p in model.parameters())
+        total[0] = 0.0
+    finally:
+        for h in handles:
+            h.remove()
+    return total[0] or 2.0 * sum(p.numel() for p in model.parameters())

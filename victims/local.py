@@ -163,7 +163,9 @@ def build_local_victim(s: Any) -> Victim:
     _check_task(s, data)
     model = model_for(s.victim.model, data.input_shape, data.n_outputs)
     _check_model(s, model)
-    device = policy.place("victim", training_flop(s, model, data), "training and answers")
+    step = 3 * devices.forward_flop(model, torch.zeros(1, data.dim)) * min(
+        s.victim.training.batch_size or len(data.x_train), max(len(data.x_train), 1))
+    device = policy.place("victim", training_flop(s, model, data), "training and answers", step)
     pretrained = s.victim.model.arch == "file"
     if pretrained:  # a user's model keeps its own precision
         dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), dtype)

@@ -123,7 +123,11 @@ def training_device(recipe: Any, idx: torch.Tensor, part: str = "reference_model
         policy.record(part, recipe.device, f"device: {policy.requested}")
         return torch.device(recipe.device)
     k, n = idx.shape
-    return policy.place(part, stacked_flop(recipe, k, n), f"{k} models of {n} points, stacked")
+    t = recipe.training
+    steps = t.steps if t.steps is not None else t.epochs * (
+        1 if t.batch_size is None else math.ceil(n / min(t.batch_size, n)))
+    flop = stacked_flop(recipe, k, n)
+    return policy.place(part, flop, f"{k} models of {n} points, stacked", flop / max(1, steps))
 
 
 def _poisson_masks(n: int, training: Any, seed: int, k: int, device: Any = "cpu"):
