@@ -83,6 +83,12 @@ def test_shipped_victims_stay_on_the_cpu_and_256_reference_models_go_to_cuda():
     assert p.parts["reference_models"]["device"] == "cuda and cpu"
 
 
+def test_an_explicit_request_stays_the_runs_policy():
+    run = devices.activate("cpu")
+    assert devices.current() is run and devices.current("cpu") is run  # parts ask without a device
+    assert devices.current("auto") is not run  # a victim built outside the run: its own policy
+
+
 def test_flop_estimate_counts_the_model():
     lin = torch.nn.Sequential(torch.nn.Linear(10, 20), torch.nn.ReLU(), torch.nn.Linear(20, 3))
     assert devices.forward_flop(lin, torch.zeros(1, 10)) == 2 * (10 * 20 + 20 * 3)

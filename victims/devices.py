@@ -8,9 +8,9 @@ CUDA only when a GPU is present, its estimated work (floating-point operations) 
 the per-query work of most attacks, a small victim and what its answers feed — stays on the CPU,
 where the shipped models ran faster (the H100 figures in ../shared/GPU.md: whole runs 1.3× slower
 on CUDA, the GPU idle on per-query work; only batched training of many models — kkt's and reconn's
-shadows — ran 2.4–3.6× faster). The thresholds are about one second of one CPU core's work at the
-shipped models' rate (~2·10¹⁰ flop/s for stacked MLP training) plus CUDA's start-up; they are
-estimates until a GPU run of benchmarks/gpu_recipe.sh measures both sides (benchmarks/gpu.py).
+shadows — ran 2.4–3.6× faster). The thresholds are set to a few seconds of one CPU core's
+work plus CUDA's start-up; they are estimates, not measurements, until a GPU run of
+benchmarks/gpu_recipe.sh times both sides (benchmarks/gpu.py).
 Every placement is recorded; the report's `devices` entry lists which part ran where.
 
 Answers that do not depend on the batch (issue 34): a matmul kernel's summation order depends on
@@ -116,10 +116,11 @@ def activate(requested: str) -> DevicePolicy:
     return policy
 
 
-def current(requested: str = "auto") -> DevicePolicy:
-    """The active run's policy (one for `requested` when none is active or it asked otherwise)."""
-    if not _CURRENT or _CURRENT[0].requested != requested:
-        return activate(requested)
+def current(requested: str | None = None) -> DevicePolicy:
+    """The active run's policy; with `requested`, a new one when none is active or the active one
+    asked for another device (a victim built outside a run)."""
+    if not _CURRENT or (requested is not None and _CURRENT[0].requested != requested):
+        return activate(requested or "auto")
     return _CURRENT[0]
 
 
