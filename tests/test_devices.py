@@ -95,3 +95,19 @@ def test_flop_estimate_counts_the_model():
     conv = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.Flatten(), torch.nn.Linear(144, 2))
     assert devices.forward_flop(conv, torch.zeros(1, 1, 8, 8)) == 2 * (4 * 6 * 6 * 9 + 144 * 2)
     assert devices.forward_flop(conv, torch.zeros(1, 5)) == 2 * sum(p.numel() for p in conv.parameters())
+
+
+def test_stacked_training_records_where_it_ran_and_returns_on_the_recipes_device():
+    from harness.attacker.stacked_training import train_stacked
+
+    s = load_scenario(REPO / "scenarios" / "membership-digits.yaml", ["victim.training.epochs=1"])
+    d = load_dataset(s.victim.data, s.seed)
+    recipe = Recipe(s, d.task, d.input_shape, d.n_outputs, torch.device("cpu"), torch.float32)
+    x, y = torch.as_tensor(d.x_pool[:40], dtype=torch.float32), torch.as_tensor(d.y_pool[:40])
+    idx = torch.stack([torch.arange(20), torch.arange(20, 40)])
+    run = devices.activate("auto")
+    flat = train_stacked(recipe, x, y, idx, seed=3)
+    assert flat.device.type == "cpu" and flat.shape[0] == 2
+    assert run.parts["reference_models"]["device"] == "cpu"  # no GPU here, or too little work
+    devices.activate("cpu")
+    assert torch.equal(train_stacked(recipe, x, y, idx, seed=3), flat)
