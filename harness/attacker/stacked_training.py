@@ -40,6 +40,7 @@ from victims import devices
 from victims.models.training import loss_fn
 
 STACKABLE_ARCHS = ("mlp", "logistic", "linear", "cnn")
+CUDA_CHUNK = 256  # models trained at once on a GPU (64 on the CPU, train_stacked's `chunk`)
 
 
 def stackable(recipe: Any) -> bool:
@@ -90,6 +91,8 @@ def train_stacked(recipe: Any, x: torch.Tensor, y: torch.Tensor, idx: torch.Tens
     if recipe.task == "regression":
         y = y.to(dt)
     idx = idx.to(dev)
+    if dev.type == "cuda":  # one chunk fills a GPU better (chunks change no number)
+        chunk = max(chunk, CUDA_CHUNK)
     parts = []
     for i in range(0, len(idx), chunk):
         seeds = None if init_seeds is None else init_seeds[i : i + chunk]
