@@ -29,37 +29,43 @@ export PYTHONPATH="$PWD/.site:$PWD"
   nproc
 } >"$OUT/env.txt" 2>&1
 
+STEPS=${STEPS:-"invariance parity bench runs"}  # a subset reruns only those steps
+has() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 XDIST=""
 $PY -c "import xdist" 2>/dev/null && XDIST="-n $THREADS"
 
 # 1. the cause: answers do not depend on the batch (CPU and CUDA), the policy's choices
-timeout 25 $PY - >"$OUT/batch_invariance_cuda.txt" 2>&1 <<'EOF'
+has invariance && timeout 40 $PY - >"$OUT/batch_invariance_cuda.txt" 2>&1 <<'EOF'
 import torch
 from torch import nn
 from victims.local import LocalBackend
 torch.manual_seed(0)
+dev = "cuda" if torch.cuda.is_available() else "cpu"
+from victims import devices
+devices.strict_numerics()
 iface = type("I", (), {"gradient_of": "predicted", "gradient_class": 0})()
 for dt in (torch.float32, torch.float64):
-    m = nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10)).to("cuda", dt)
-    b = LocalBackend(m, "multiclass", 10, iface, torch.device("cuda"), dt)
-    x = torch.randn(5000, 784, dtype=dt, device="cuda")
+    m = nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10)).to(dev, dt)
+    b = LocalBackend(m, "multiclass", 10, iface, torch.device(dev), dt)
+    x = torch.randn(2000, 784, dtype=dt, device=dev)
     ref, g = b.logits(x), b.gradient(x)
     same = all(torch.equal(b.logits(x[:n]), ref[:n]) and torch.equal(b.gradient(x[:n]), g[:n])
                for n in (1, 2, 7, 33, 1000, 1025))
     with torch.no_grad():
         raw = any(not torch.equal(m(x[:n]), m(x)[:n]) for n in (1, 2, 7, 33, 1000, 1025))
-    print(f"{dt}: blocked answers batch-invariant: {same}; raw model batch-dependent: {raw}")
+    print(f"{dev} {dt}: blocked answers batch-invariant: {same}; raw model batch-dependent: {raw}")
 EOF
 
 # 2. parity of every shipped scenario (CPU vs CUDA findings)
-timeout 230 $PY -m pytest -q -p no:cacheprovider $XDIST -m cuda tests/test_device_parity.py \
+has parity && timeout 220 $PY -m pytest -q -p no:cacheprovider $XDIST -m cuda tests/test_device_parity.py \
   tests/attacks/extraction/test_extraction_cuda.py -rf >"$OUT/parity.txt" 2>&1
 
 # 3. the benchmark: attacks and the big rows (CPU half then CUDA half, same process)
-timeout 180 $PY benchmarks/gpu.py --threads "$THREADS" >"$OUT/bench.txt" 2>&1
+has bench && timeout 180 $PY benchmarks/gpu.py --threads "$THREADS" >"$OUT/bench.txt" 2>&1
 
 # 4. whole runs: the quickstart (issue 34: no slower on CUDA) under device cpu / auto / cuda
 SCENARIOS=${SCENARIOS:-quickstart}
+has runs || SCENARIOS=""
 for sc in $SCENARIOS; do
   for dev in cpu auto cuda; do
     t0=$(date +%s.%N)
@@ -72,10 +78,10 @@ for sc in $SCENARIOS; do
 done
 
 {
-  echo "## parity"; tail -n 15 "$OUT/parity.txt"
-  echo "## batch invariance on CUDA"; cat "$OUT/batch_invariance_cuda.txt"
-  echo "## benchmark"; cat "$OUT/bench.txt"
-  echo "## whole runs ($THREADS threads)"; cat "$OUT/runs.txt"
+  echo "## parity"; tail -n 15 "$OUT/parity.txt" 2>&1
+  echo "## batch invariance on CUDA"; cat "$OUT/batch_invariance_cuda.txt" 2>&1
+  echo "## benchmark"; cat "$OUT/bench.txt" 2>&1
+  echo "## whole runs ($THREADS threads)"; cat "$OUT/runs.txt" 2>&1
   echo "## devices entries (auto)"
   for sc in $SCENARIOS; do
     $PY -c "import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[1], {k: v['device'] for k, v in r['devices']['parts'].items()}, r['verdict'])" \
