@@ -147,8 +147,8 @@ def judge_membership(m: dict[str, float]) -> tuple[str, str]:
     if m["lr_low"] >= MEDIUM_RATIO:
         return "medium", (f"at low FPR members are flagged at least {MEDIUM_RATIO:g}× as often as "
                           f"non-members (95% lower bound on the likelihood ratio {m['lr_low']:.2f}), "
-                          f"though the overall score difference is not decisive (Mann–Whitney p "
-                          f"{p:.2g}): {facts}")
+                          f"though the overall score difference stays short of the re-draw line "
+                          f"(Mann–Whitney p {p:.2g}): {facts}")
     if p < SUGGESTIVE_P or m["lr_low"] > 1.0:
         return "low", (f"suggestive but not decisive (Mann–Whitney p {p:.2g}, above the {MEDIUM_P:.2g} "
                        f"a re-draw of the victim would not undo; likelihood ratio ≥ {m['lr_low']:.2f} "
