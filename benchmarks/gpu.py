@@ -1,12 +1,24 @@
-"""CPU vs CUDA per attack: wall time and the scored figure on both devices, measured in one run.
+"""CPU vs CUDA per attack and for the work that is big on a GPU: wall time and a figure on both
+devices, measured in one run.
 
-    python benchmarks/gpu.py [--dim 128] [--hidden 32]
+    python benchmarks/gpu.py [--dim 128] [--hidden 32] [--only attacks|big] [--threads 8]
+        [--refs 256] [--ref-epochs 10] [--surrogate-queries 20000] [--reconn-epochs 10]
 
-Each attack runs against the same random float64 d → h → 1 ReLU network (span attacks: a
-binary tanh net for span_threshold) on the CPU and, when a CUDA device is present, on it; the
-table shows wall seconds, the speed-up and the scored figure on each device (they must agree:
-every solver takes the same float64 path on both). Without a GPU the CPU half is printed and
-the table says so.
+`attacks`: each attack runs against the same random float64 d → h → 1 ReLU network (span
+attacks: a binary tanh net for span_threshold) on the CPU and, when a CUDA device is present, on
+it; the figure is the scored one (they must agree: every solver takes the same float64 path).
+`big` (issue 34's targets, ≥ 5× on one H100 against 16 CPU cores):
+- reference_models: `--refs` digits MLPs (64 → 128 → 10, scenarios/membership-digits.yaml's
+  recipe: minibatch SGD, 500 points each) trained stacked (harness/attacker/stacked_training.py)
+  for `--ref-epochs` epochs; figure: the RMS of their parameters (equal on both devices to ~1e-6);
+- surrogate: the surrogate attack on a digits MLP victim (hidden 128) at `--surrogate-queries`
+  queries (min_queries the same: the whole curve); figure: its scored fidelity;
+- reconn_training: reconn's reconstructor (harness/attacks/reconstruction/reconn.py `_fit`) at
+  scenarios/reconstruction-reconn-digits.yaml's size (1,500 shadows' 760 weights → 64 pixels,
+  hidden 1000, batch 64) for `--reconn-epochs` epochs; figure: its final training loss.
+Each row runs under `device: cpu` and `device: cuda` (the policy's explicit modes: the row says
+what the GPU gives where `auto` would send the work; victims/devices.py). Without a GPU the CPU
+half is printed and the table says so.
 """
 
 from __future__ import annotations
@@ -16,6 +28,7 @@ import os
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 os.environ.setdefault("LEAKMETER_THREADS", "1")
@@ -59,17 +72,100 @@ def measure(attack, interface, output, task, key, d, h, device):
     return time.perf_counter() - t0, r.metrics.get(key, float("nan")), r.queries
 
 
+def timed(fn, device):
+    """(seconds, figure) of fn(device), the GPU synchronised before the clock stops."""
+    from victims import devices
+
+    devices.activate(device)
+    t0 = time.perf_counter()
+    v = fn(device)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0, v
+
+
+def reference_models(args, device):
+    from harness.attacker.informed import Recipe
+    from harness.attacker.stacked_training import train_stacked
+    from victims.data.datasets import load_dataset
+
+    s = scenario_from_dict({
+        "name": "refs", "seed": 0, "device": device,
+        "victim": {"model": {"arch": "mlp", "hidden": [128], "activation": "relu"},
+                   "data": {"dataset": "digits", "n_train": 500, "n_test": 500},
+                   "training": {"optimizer": "sgd", "lr": 0.5, "epochs": args.ref_epochs,
+                                "batch_size": 64}},
+        "interface": {"kind": "prediction", "output": "probabilities"},
+        "attacks": [{"name": "mia_loss"}], "tracking": {"enabled": False}})
+    d = load_dataset(s.victim.data, 0)
+    recipe = Recipe(s, d.task, d.input_shape, d.n_outputs, torch.device(device), torch.float32)
+    x, y = torch.as_tensor(d.x_pool, dtype=torch.float32), torch.as_tensor(d.y_pool)
+    gen = torch.Generator().manual_seed(0)
+    idx = torch.stack([torch.randperm(len(x), generator=gen)[:500] for _ in range(args.refs)])
+    flat = train_stacked(recipe, x, y, idx, seed=1)
+    return float(flat.double().pow(2).mean().sqrt()), args.refs
+
+
+def surrogate(args, device):
+    s = scenario_from_dict({
+        "name": "surrogate", "seed": 0, "device": device,
+        "victim": {"model": {"arch": "mlp", "hidden": [128], "activation": "relu"},
+                   "data": {"dataset": "digits", "n_train": 1000, "n_test": 797}},
+        "attacker": {"pool": 400},
+        "interface": {"kind": "prediction", "output": "probabilities"},
+        "attacks": [{"name": "surrogate", "params": {"max_queries": args.surrogate_queries,
+                                                     "min_queries": args.surrogate_queries}}],
+        "tracking": {"enabled": False}})
+    r = run_direct(s, OUT / f"surrogate-{device}")
+    return r.metrics.get("fidelity", float("nan")), r.queries
+
+
+def reconn_training(args, device):
+    from harness.attacks.reconstruction.reconn import Reconn, ReconnParams
+
+    gen = torch.Generator().manual_seed(0)
+    f = torch.randn(1500, 760, generator=gen).to(device)
+    x = torch.rand(1500, 64, generator=gen).to(device)
+    p = ReconnParams(hidden=1000, epochs=args.reconn_epochs, batch=64)
+    _, curve = Reconn._fit(f, x, 0.0, 1.0, p, torch.Generator().manual_seed(1))
+    return curve[-1][1], 1500
+
+
+BIG = [("reference_models", reference_models, "param_rms"),
+       ("surrogate", surrogate, "fidelity"),
+       ("reconn_training", reconn_training, "final_loss")]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--hidden", type=int, default=32)
+    ap.add_argument("--only", choices=["attacks", "big"])
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--refs", type=int, default=256)
+    ap.add_argument("--ref-epochs", type=int, default=10)
+    ap.add_argument("--surrogate-queries", type=int, default=20000)
+    ap.add_argument("--reconn-epochs", type=int, default=10)
     args = ap.parse_args()
+    if args.threads:
+        from harness.threads import pin_threads
+
+        pin_threads(args.threads)
     gpu = torch.cuda.is_available()
-    print(f"# CPU vs CUDA, d = {args.dim}, h = {args.hidden} "
+    print(f"# CPU ({torch.get_num_threads()} threads) vs CUDA, d = {args.dim}, h = {args.hidden} "
           f"({torch.cuda.get_device_name(0) if gpu else 'no GPU at hand: CPU half only'})")
     print(f"{'attack':26s} {'queries':>9s} {'cpu_s':>8s} {'cuda_s':>8s} {'speed-up':>9s} "
           f"{'figure':>24s} {'cpu':>10s} {'cuda':>10s}")
-    for attack, iface, out, task, key in ATTACKS:
+    t_all = time.perf_counter()
+    for name, fn, key in BIG if args.only != "attacks" else []:
+        cpu_s, (cpu_v, n) = timed(partial(fn, args), "cpu")
+        if gpu:
+            cuda_s, (cuda_v, _) = timed(partial(fn, args), "cuda")
+            extra = f"{cuda_s:8.2f} {cpu_s / cuda_s:9.2f} {key:>24s} {cpu_v:10.4g} {cuda_v:10.4g}"
+        else:
+            extra = f"{'-':>8s} {'-':>9s} {key:>24s} {cpu_v:10.4g} {'-':>10s}"
+        print(f"{name:26s} {n:9d} {cpu_s:8.2f} {extra}", flush=True)
+    for attack, iface, out, task, key in ATTACKS if args.only != "big" else []:
         cpu_s, cpu_v, q = measure(attack, iface, out, task, key, args.dim, args.hidden, "cpu")
         if gpu:
             cuda_s, cuda_v, _ = measure(attack, iface, out, task, key, args.dim, args.hidden, "cuda")
@@ -77,6 +173,7 @@ def main() -> None:
         else:
             extra = f"{'-':>8s} {'-':>9s} {key:>24s} {cpu_v:10.3g} {'-':>10s}"
         print(f"{attack:26s} {q:9d} {cpu_s:8.2f} {extra}", flush=True)
+    print(f"# total {time.perf_counter() - t_all:.1f} s")
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from harness.scoring import is_blackbox, score
 from reports.metadata import run_metadata
 from reports.tracking import Tracker, TrackingUnavailable, probe_server
 from reports.verdict import reaches, status_of, verdict
+from victims import devices
 from victims.build import build_victim
 from victims.http.secrets import SECRETS, clip, register_tracking_env
 
@@ -119,6 +120,7 @@ def _run_scenario(s: Scenario, live: RunProgress, tracking_uri, out, json_path, 
     tracker = open_tracker(s, tracking_uri)
     caught = WarningsCapture().start()  # third-party warnings go to the report, not the terminal
     try:
+        policy = devices.activate(s.device) if victim is None else devices.current(s.device)
         if victim is None:
             stage(f"{s.name}: " + ("checking the endpoint" if s.victim.endpoint else "loading the model file"
                                    if s.victim.model.arch == "file" else "training the victim"))
@@ -172,6 +174,7 @@ def _run_scenario(s: Scenario, live: RunProgress, tracking_uri, out, json_path, 
         with deferred():
             _judge(report, s, oracle)
             report["duration_s"] = round(time.perf_counter() - t0, 3)
+            report["devices"] = policy.report()  # which part of the run ran where
             for k, v in run_metadata(started, victim.info.device,
                                      source or yaml.safe_dump(s.public_dump(), sort_keys=False)).items():
                 report.setdefault(k, v)  # leakmeter_version, device, scenario_sha256

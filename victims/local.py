@@ -18,19 +18,22 @@ import numpy as np
 import torch
 from torch import nn
 
+from victims import devices
 from victims.data.datasets import Dataset, load_dataset
 from victims.errors import BadInput
 from victims.models.builders import count_parameters, first_layer_weight
 from victims.models.files import model_for
 from victims.models.training import TrainRecord, train
-from victims.victim import PublicInfo, Truth, Victim, resolve_device
+from victims.victim import PublicInfo, Truth, Victim
 
-# inputs per forward/backward pass (SmoothGrad expands each input by `samples`)
+# inputs per SmoothGrad pass (it expands each input by `samples`)
 CHUNK = 8192
 
 
 class LocalBackend:
-    """Answers queries from an in-process torch module (on its device, in its dtype)."""
+    """Answers queries from an in-process torch module (on its device, in its dtype), every
+    forward and backward pass on a block of exactly `rows` inputs (victims/devices.py): a query's
+    answer is the same bits whatever else is in its batch."""
 
     remote = False
 
@@ -42,13 +45,23 @@ class LocalBackend:
         self.iface = interface
         self.device = device
         self.dtype = dtype
+        self.rows = devices.answer_rows(device)
+
+    def _blocks(self, x: torch.Tensor):
+        """(block of exactly `rows` inputs, how many of them are real) over x."""
+        r = self.rows
+        for i in range(0, len(x), r):
+            xi = x[i : i + r]
+            if len(xi) < r:
+                xi = torch.cat([xi, xi.new_zeros((r - len(xi),) + tuple(xi.shape[1:]))])
+            yield xi, min(r, len(x) - i)
 
     # ------------------------------------------------------------------ predictions
     def logits(self, x: torch.Tensor) -> torch.Tensor:
-        """Raw outputs (N, K) for a flat batch, computed in chunks."""
+        """Raw outputs (N, K) for a flat batch, computed in blocks of `rows`."""
         x = x.to(self.device, self.dtype)
         with torch.no_grad():
-            outs = [self.model(x[i : i + CHUNK]) for i in range(0, len(x), CHUNK)]
+            outs = [self.model(xi).reshape(len(xi), -1)[:k] for xi, k in self._blocks(x)]
         out = torch.cat(outs) if outs else torch.empty(0, 1, device=self.device)
         return out.reshape(len(x), -1)
 
@@ -70,15 +83,16 @@ class LocalBackend:
         return out.gather(1, idx)[:, 0]
 
     def gradient(self, x: torch.Tensor) -> torch.Tensor:
-        """Input gradients (N, d) of the documented output, one backward per chunk."""
+        """Input gradients (N, d) of the documented output, one backward per block of `rows`
+        (each row's gradient is its own output's: the padding rows' are dropped)."""
         x = x.to(self.device, self.dtype)
         grads = []
-        for i in range(0, len(x), CHUNK):
-            xi = x[i : i + CHUNK].detach().requires_grad_(True)
+        for xi, k in self._blocks(x):
+            xi = xi.detach().requires_grad_(True)
             with torch.enable_grad():
                 out = self.model(xi).reshape(len(xi), -1)
                 (g,) = torch.autograd.grad(self._target(out).sum(), xi)
-            grads.append(g.detach())
+            grads.append(g.detach()[:k])
         return torch.cat(grads) if grads else torch.empty_like(x)
 
     def smoothgrad(self, x: torch.Tensor, sigma: float, samples: int,
@@ -138,8 +152,10 @@ def _teacher_labels(spec: Any, data: Dataset, model: nn.Module, device, dtype) -
 
 
 def build_local_victim(s: Any) -> Victim:
-    """Build (and train, unless pre-trained or random) the scenario's victim in this process."""
-    device = resolve_device(s.device)
+    """Build (and train, unless pre-trained or random) the scenario's victim in this process, on
+    the device the run's policy gives it (victims/devices.py: under `auto`, CUDA only for a
+    victim whose training is big enough to pay)."""
+    policy = devices.current(s.device)
     dtype = torch.float64 if s.victim.training.dtype == "float64" else torch.float32
     torch.manual_seed(s.seed)
     np.random.seed(s.seed)
@@ -147,6 +163,9 @@ def build_local_victim(s: Any) -> Victim:
     _check_task(s, data)
     model = model_for(s.victim.model, data.input_shape, data.n_outputs)
     _check_model(s, model)
+    step = 3 * devices.forward_flop(model, torch.zeros(1, data.dim)) * min(
+        s.victim.training.batch_size or len(data.x_train), max(len(data.x_train), 1))
+    device = policy.place("victim", training_flop(s, model, data), "training and answers", step)
     pretrained = s.victim.model.arch == "file"
     if pretrained:  # a user's model keeps its own precision
         dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), dtype)
@@ -197,6 +216,17 @@ def build_local_victim(s: Any) -> Victim:
     if record.grad_norm is not None:
         rec["optimality_grad_norm"] = record.grad_norm
     return Victim(backend, truth, info, utility, rec)
+
+
+def training_flop(s: Any, model: nn.Module, data: Dataset) -> float:
+    """Estimated flop of training the victim: 3 forward passes' worth per example and epoch
+    (forward + backward), or one forward per point when it is not trained (labels, utility)."""
+    dt = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+    one = devices.forward_flop(model, torch.zeros(1, data.dim, dtype=dt))
+    t = s.victim.training
+    n = max(len(data.x_train), 1)
+    passes = (t.steps * n if t.steps else t.epochs * n) if s.victim.model.arch != "file" else 0
+    return one * (3 * passes + len(data.x_train) + len(data.x_test) + len(data.x_pool))
 
 
 def _check_task(s: Any, data: Dataset) -> None:

@@ -88,7 +88,7 @@ def _minibatch_many(recipe, x_minus, y_minus, x_extra, y_extra, seed, init_seed)
     base = torch.arange(n)[None].expand(k, n)
     idx = torch.cat([base, (n + torch.arange(k))[:, None]], 1)
     init = None if init_seed is None else [init_seed] * k
-    return train_stacked(recipe, x, y, idx, seed, init)
+    return train_stacked(recipe, x, y, idx, seed, init, part="shadows")
 
 
 def _train_chunk(recipe, x_minus, y_minus, xk, yk, seed, init_seed, dp_method="auto") -> torch.Tensor:

@@ -18,6 +18,11 @@ Minibatch recipes are reproduced as the victim is trained (victims/models/traini
   its target ε for this q and number of epochs.
 Per-example norms use ghost norms for Sequential MLPs (harness/attacker/shadows.py) and vmap(vmap(grad))
 otherwise. Full-batch recipes (batch_size null or `steps`) take one step per epoch/step on all n.
+
+Device (victims/devices.py): the K models train where the run's policy sends their work (under
+`device: auto`, CUDA once K × n × epochs × 3 forward passes reach its threshold, even when the
+victim answers on the CPU) and come back on the recipe's device. Every random draw (batch order,
+Poisson masks, DP noise) comes from CPU generators, so model k is the same draw on either device.
 """
 
 from __future__ import annotations
@@ -31,9 +36,11 @@ from torch.func import functional_call, grad, vmap
 
 from defenses.dp_sgd import noise_for_epsilon
 from harness.attacker.ghost_norms import ghost_clipped_sum, ghost_layers
+from victims import devices
 from victims.models.training import loss_fn
 
 STACKABLE_ARCHS = ("mlp", "logistic", "linear", "cnn")
+CUDA_CHUNK = 256  # models trained at once on a GPU (64 on the CPU, train_stacked's `chunk`)
 
 
 def stackable(recipe: Any) -> bool:
@@ -61,7 +68,7 @@ def dp_noise_multiplier(dp: Any, q: float, epochs: int) -> float:
 
 def train_stacked(recipe: Any, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor, seed: int = 0,
                   init_seeds: list[int] | None = None, chunk: int = 64, run_chunks: Any = None,
-                  sizes: list[int] | None = None) -> torch.Tensor:
+                  sizes: list[int] | None = None, part: str = "reference_models") -> torch.Tensor:
     """(K, P) flat parameters (state_dict order) of K models, model k trained by the recipe on
     (x[idx[k]], y[idx[k]]). idx: (K, n) row indices, every model the same n. `init_seeds`: one
     initialisation seed per model (None = the recipe's known initialisation for all); `seed + k`
@@ -69,7 +76,8 @@ def train_stacked(recipe: Any, x: torch.Tensor, y: torch.Tensor, idx: torch.Tens
     chunk trains it: DP-SGD pads every step's batches to the largest Poisson batch of all K models
     (`sizes`, computed here when not given), so no chunk sees shapes another does not.
     `run_chunks(recipe, x, y, idx, seed, init_seeds, sizes)`: trains the models elsewhere (Ray
-    tasks, harness/attacker/reference_executors.py) by calling this function on parts."""
+    tasks, harness/attacker/reference_executors.py) by calling this function on parts. `part`:
+    what the models are, for the device policy's record (reference_models, shadows)."""
     if not stackable(recipe):
         raise ValueError(f"train_stacked: recipe {recipe.training.optimizer}/{recipe.spec.arch} "
                          "is not stackable")
@@ -77,17 +85,52 @@ def train_stacked(recipe: Any, x: torch.Tensor, y: torch.Tensor, idx: torch.Tens
         sizes = dp_batch_sizes(idx.shape[1], recipe.training, seed, len(idx))
     if run_chunks is not None:
         return run_chunks(recipe, x, y, idx, seed, init_seeds, sizes)
-    dev, dt = recipe.device, recipe.dtype
+    dev, dt = training_device(recipe, idx, part), recipe.dtype
     x = x.to(dev, dt)
     y = y.to(dev)
     if recipe.task == "regression":
         y = y.to(dt)
     idx = idx.to(dev)
+    if dev.type == "cuda":  # one chunk fills a GPU better (chunks change no number)
+        chunk = max(chunk, CUDA_CHUNK)
     parts = []
     for i in range(0, len(idx), chunk):
         seeds = None if init_seeds is None else init_seeds[i : i + chunk]
-        parts.append(_train_chunk(recipe, x, y, idx[i : i + chunk], seed + i, seeds, sizes))
-    return torch.cat(parts)
+        parts.append(_train_chunk(recipe, x, y, idx[i : i + chunk], seed + i, seeds, sizes, dev))
+    return torch.cat(parts).to(recipe.device)
+
+
+def stacked_flop(recipe: Any, k: int, n: int) -> float:
+    """Estimated flop of training k models of the recipe on n points each (3 forward passes'
+    worth per example and epoch; DP-SGD's per-example norms about one more)."""
+    t = recipe.training
+    with torch.random.fork_rng(devices=[]):  # build() seeds torch's generator: leave it as it was
+        model = recipe.build()
+    p = next(model.parameters())
+    one = devices.forward_flop(model, torch.zeros(1, *recipe_input_shape(recipe), dtype=p.dtype))
+    passes = (t.steps * n if t.steps is not None else t.epochs * n) * (4 if recipe.dp is not None else 3)
+    return one * k * passes
+
+
+def recipe_input_shape(recipe: Any) -> tuple[int, ...]:
+    """The flat input the recipe's models take (their `dim`)."""
+    shape = tuple(getattr(recipe, "input_shape", ()) or ())
+    return (math.prod(shape),) if shape else (1,)
+
+
+def training_device(recipe: Any, idx: torch.Tensor, part: str = "reference_models") -> torch.device:
+    """Where K stacked models train: the run's policy for their work under `device: auto`;
+    the recipe's device under an explicit `device:`."""
+    policy = devices.current()
+    if policy.requested != "auto":
+        policy.record(part, recipe.device, f"device: {policy.requested}")
+        return torch.device(recipe.device)
+    k, n = idx.shape
+    t = recipe.training
+    steps = t.steps if t.steps is not None else t.epochs * (
+        1 if t.batch_size is None else math.ceil(n / min(t.batch_size, n)))
+    flop = stacked_flop(recipe, k, n)
+    return policy.place(part, flop, f"{k} models of {n} points, stacked", flop / max(1, steps))
 
 
 def _poisson_masks(n: int, training: Any, seed: int, k: int, device: Any = "cpu"):
@@ -122,11 +165,14 @@ def _stack_init(recipe: Any, k: int, init_seeds: list[int] | None):
     return models[0], params
 
 
-def _train_chunk(recipe, x, y, idx, seed, init_seeds, sizes=None) -> torch.Tensor:
+def _train_chunk(recipe, x, y, idx, seed, init_seeds, sizes=None, dev=None) -> torch.Tensor:
     t0 = time.perf_counter()
     t = recipe.training
     k, n = idx.shape
     model, params = _stack_init(recipe, k, init_seeds)
+    if dev is not None:
+        model = model.to(dev)
+        params = {m: p.to(dev) for m, p in params.items()}
     names = list(params)
     crit = loss_fn(recipe.task)
 
@@ -214,8 +260,9 @@ def _dp_sgd(model, params, names, out, crit, x, y, idx, seed, recipe, sizes=None
     c = dp.max_grad_norm
     wd, lr, mom = t.weight_decay, t.lr, t.momentum
     dev, dt = x.device, x.dtype
-    # one noise generator per model: model k's noise does not depend on which chunk trains it
-    noise_gens = [torch.Generator(device=dev).manual_seed(seed + j + 15485863) for j in range(k)]
+    # one noise generator per model: model k's noise does not depend on which chunk trains it,
+    # nor on the device (CPU generators; the draws are moved)
+    noise_gens = [torch.Generator(device="cpu").manual_seed(seed + j + 15485863) for j in range(k)]
     bufs = {m: torch.zeros_like(p) for m, p in params.items()}
     layers = ghost_layers(model)
     if layers is not None:
@@ -249,8 +296,8 @@ def _dp_sgd(model, params, names, out, crit, x, y, idx, seed, recipe, sizes=None
             for m in names:
                 p = params[m]
                 shape = (k,) + (1,) * (p.dim() - 1)
-                noise = torch.stack([torch.randn(p.shape[1:], generator=g, device=dev, dtype=dt)
-                                     for g in noise_gens])
+                noise = torch.stack([torch.randn(p.shape[1:], generator=g, dtype=dt)
+                                     for g in noise_gens]).to(dev)
                 g = (sums[m] + sigma * c * noise) / expected + wd * p
                 new_buf = mom * bufs[m] + g if mom else g
                 a = active.reshape(shape)

@@ -11,7 +11,8 @@
   (`..._tpr_low`, `..._fpr_high`), `advantage`, `mannwhitney_p`, `lr_low` (the largest
   TPR_low / FPR_high at the two low-FPR thresholds, a likelihood ratio a statistician signs),
   `epsilon_lower` (the threshold audit of these scores at 95%, δ = the victim's or 1e-5) with
-  `epsilon_perfect`, and a log-log ROC plot `roc.png` in the attack's folder.
+  `epsilon_perfect`, `auc_ci_low` / `auc_ci_high` (the AUC's 95% interval, Hanley–McNeil), and
+  a log-log ROC plot `roc.png` in the attack's folder.
 - kind "dp_audit" — the same ROC measures, plus the ε lower bounds of harness/scoring/audit.py:
   the threshold audit on the evaluation set and the one-run canary audit, each at α = 2.5% so that
   `epsilon_lower` (their max) holds at 95%; `epsilon_perfect` beside it; `epsilon_accounted`.
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from scipy import stats
 
 from harness.scoring import scorer
 from harness.scoring.audit import (
@@ -65,6 +67,7 @@ def roc_metrics(scores: np.ndarray, is_member: np.ndarray, alpha: float = 0.05) 
     out = {"auc": auc(r), "advantage": advantage(r), "members": float(r.members),
            "nonmembers": float(r.nonmembers), "fpr_floor": 1.0 / max(r.nonmembers, 1),
            "mannwhitney_p": mann_whitney_p(scores, is_member)}
+    out["auc_ci_low"], out["auc_ci_high"] = auc_interval(out["auc"], r.members, r.nonmembers, alpha)
     lr = 0.0
     for f in TARGET_FPRS:
         at = tpr_at_fpr(r, f, alpha / len(TARGET_FPRS))
@@ -74,6 +77,17 @@ def roc_metrics(scores: np.ndarray, is_member: np.ndarray, alpha: float = 0.05) 
         lr = max(lr, at.tpr_low / at.fpr_high if at.fpr_high > 0 else 0.0)
     out["lr_low"] = lr
     return out
+
+
+def auc_interval(a: float, n1: int, n0: int, alpha: float = 0.05) -> tuple[float, float]:
+    """Two-sided (1 − alpha) interval of an AUC from n1 members and n0 non-members (Hanley &
+    McNeil 1982's standard error, normal approximation), clipped to [0, 1]."""
+    if n1 == 0 or n0 == 0:
+        return 0.0, 1.0
+    q1, q2 = a / (2 - a), 2 * a * a / (1 + a)
+    var = (a * (1 - a) + (n1 - 1) * (q1 - a * a) + (n0 - 1) * (q2 - a * a)) / (n1 * n0)
+    half = float(stats.norm.isf(alpha / 2)) * math.sqrt(max(var, 0.0))
+    return max(0.0, a - half), min(1.0, a + half)
 
 
 def _is_member(art, truth) -> np.ndarray | None:

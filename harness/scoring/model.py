@@ -13,6 +13,9 @@ Metrics (kind "model"), per set and for the held-out set without suffix:
   victim's own top two outputs tie within 1e-12·RMS count as agreeing);
 - max_rel_error: max over inputs and outputs of |f̂ − f| / RMS(f) (the exactness figure), and
   normalized_loss: E[(f − f̂)²] / E[f²] (paper 001's measure);
+- exact: 1 when max_rel_error ≤ exact_tolerance = max(1e-6, EXACT_ULPS × the unit roundoff of
+  the answers' dtype): a copy exact to the precision the answers have, with a margin (float32:
+  1.2e-4, three decades above the 1e-6 its runs reach on either device; float64: 1e-6);
 - units_true / units_matched / param_error, where the victim is recognisably Linear-ReLU-Linear
   (TorchScript included): hidden units (Aᵢ, bᵢ)/‖Aᵢ‖ matched up to permutation and scale;
   param_error is the largest distance.
@@ -35,6 +38,14 @@ from harness.scoring import deep_params, scorer
 
 N_GAUSS = 2000
 N_DATA = 2000
+EXACT_FLOOR = 1e-6  # the exactness line of float64 answers
+EXACT_ULPS = 1000   # float32 and below: this many units of roundoff
+
+
+def exact_tolerance(dtype: torch.dtype) -> float:
+    """The max_rel_error under which an extracted model counts as exact for answers of `dtype`."""
+    eps = torch.finfo(dtype).eps if dtype.is_floating_point else torch.finfo(torch.float64).eps
+    return max(EXACT_FLOOR, EXACT_ULPS * eps)
 
 
 def _eval(model, x: torch.Tensor) -> torch.Tensor:
@@ -182,6 +193,8 @@ def score_model(artifact, truth, info) -> dict[str, float]:
         worst = max(worst, m["max_rel_error"])
     held = "data" if "data" in sets else "domain"
     out["max_rel_error"] = worst
+    out["exact_tolerance"] = exact_tolerance(getattr(info, "dtype", torch.float64))
+    out["exact"] = float(worst <= out["exact_tolerance"])
     out["output_error"] = out[f"output_error_{held}"]
     out["output_r2"] = out[f"output_r2_{held}"]
     for key in ("agreement", "kappa", "majority_share"):

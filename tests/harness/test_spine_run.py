@@ -39,7 +39,7 @@ def test_gradient_api_recovers_the_exact_span(tmp_path, tracking_uri):
     assert a["risk"] == "high" and rep["verdict"] == "fail" and rep["risk"] == "high"
     assert a["queries"] == m["samples"] and a["wall_s"] > 0
     # the report follows docs/contract.md
-    for key in ("scenario", "verdict", "risk", "victim", "privacy", "rero", "attacks"):
+    for key in ("scenario", "verdict", "risk", "victim", "privacy", "rero", "attacks", "devices"):
         assert key in rep
     assert 0.8 < rep["victim"]["test_accuracy"] <= 1 and rep["victim"]["parameters"] == 64 * 16 + 16 + 170
     on_disk = json.loads((tmp_path / "out" / "report.json").read_text())

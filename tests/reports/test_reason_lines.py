@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from harness.attacks import registry
 from harness.attacks.base import Artifact
@@ -36,11 +37,16 @@ def membership_metrics(rng):
 def check_membership(m, risk, why):
     tpr_low = max(m["tpr_at_fpr_0.01_tpr_low"], m["tpr_at_fpr_0.001_tpr_low"])
     identifiable = m["lr_low"] >= 5 and tpr_low >= 0.01
+    # issue 34: medium needs a finding a re-draw keeps: z ≥ z(1%) + z(90%)·√2 ≈ 4.139 (p ≈ 1.75e-5)
+    medium_p = stats.norm.sf(stats.norm.isf(0.01) + stats.norm.isf(0.1) * 2 ** 0.5)
+    assert 1.7e-5 < medium_p < 1.8e-5
     expected = ("high" if identifiable else
-                "medium" if m["mannwhitney_p"] < 0.01 or m["lr_low"] > 1 else "low")
+                "medium" if m["mannwhitney_p"] < medium_p or m["lr_low"] >= 2 else "low")
     assert risk == expected, (m, risk, why)
-    if "beyond chance" in why:
-        assert m["mannwhitney_p"] < 0.05, why
+    if "beyond what a re-draw undoes" in why:
+        assert m["mannwhitney_p"] < medium_p, why
+    if "not decisive" in why:
+        assert risk == "low" and (m["mannwhitney_p"] < 0.01 or m["lr_low"] > 1), why
     if "identifiable" in why:
         assert identifiable, why
     assert f"AUC {m['auc']:.3f}" in why

@@ -14,12 +14,13 @@ import torch
 
 from defenses.budget import SCORING
 from defenses.errors import BudgetExhausted
+from victims import devices
 from victims.errors import BadInput, InterfaceError
 from victims.http.client import EndpointError, RemoteBackend
 from victims.http.protocol import display_url, template_has
 from victims.http.secrets import SECRETS
 from victims.local import build_local_victim, input_domain
-from victims.victim import PublicInfo, Truth, Victim, resolve_device
+from victims.victim import PublicInfo, Truth, Victim
 
 
 @dataclass
@@ -151,7 +152,7 @@ def build_remote_victim(s: Any) -> Victim:
             ep.request_template, "$explain"):
         raise BadInput(f"victim.endpoint.request_template: the {s.interface.kind} interface needs a "
                        '"$explain" placeholder in the template')
-    device = resolve_device(s.device)
+    device = devices.current(s.device).place("victim", 0.0, "an endpoint: answers arrive over HTTP")
     token = read_token(ep)
     pub = _public_shape(s)
     task = pub["task"]

@@ -49,6 +49,7 @@ from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
 from harness.attacks.gradients import api_labels, decimal_grid
 from harness.errors import AssumptionViolated
+from victims import devices
 
 GRID = (1, 2, 3, 5, 7)
 HOLDOUT_EVERY = 5  # every 5th answer is held out (20%)
@@ -217,7 +218,7 @@ class Surrogate(Attack):
     Params = SurrogateParams
 
     def run(self, oracle, p: SurrogateParams, ctx) -> Artifact:
-        info, dev = oracle.info, oracle.device
+        info = oracle.info
         joint = p.loss == "joint" or (p.loss == "auto" and oracle.offers("explain"))
         if joint and not oracle.offers("explain"):
             raise AssumptionViolated("loss: joint needs an explanation API; this one only predicts")
@@ -232,6 +233,8 @@ class Surrogate(Attack):
         source = "pool" if pool is not None and len(pool) else "gaussian"
         if p.pool == "data" and source == "gaussian":
             notes.append("no attacker pool: Gaussian queries instead")
+        hidden = p.hidden or self._victim_widths(ctx)
+        dev = self._train_device(info, hidden, p, n_max, joint)  # answers come back to it
         x_all = query_stream(pool, n_max, p.jitter, float(info.input_low), float(info.input_high),
                              info.dim, ctx.gen, dev)
         if len(x_all) < n_max:
@@ -241,7 +244,6 @@ class Surrogate(Attack):
         elif source == "pool" and n_max > len(pool):
             notes.append(f"queries beyond the pool's {len(pool)} points: pool points with jitter "
                          f"{p.jitter:g}× the feature std")
-        hidden = p.hidden or self._victim_widths(ctx)
         torch.manual_seed(ctx.seed)
         net = build_mlp(info.dim, max(1, info.n_outputs), hidden).to(dev)
         opt = torch.optim.Adam(net.parameters(), lr=p.lr)
@@ -293,6 +295,17 @@ class Surrogate(Attack):
         return art
 
     @staticmethod
+    def _train_device(info, hidden: list[int], p: SurrogateParams, n_max: int, joint: bool):
+        """Where the surrogate trains (victims/devices.py): its queries, answers and network
+        live there; the oracle answers on the victim's device and the answers are moved."""
+        dims = [info.dim, *hidden, max(1, info.n_outputs)]
+        fwd = 2.0 * sum(a * b for a, b in zip(dims, dims[1:], strict=False))
+        step = (6 if joint else 3) * fwd * min(p.batch, n_max)  # the joint loss: a double backward
+        steps = p.steps * len(checkpoints(n_max)) + p.final_steps
+        return devices.current().place("surrogate", step * steps, f"{n_max} points, up to {steps} "
+                                       "Adam steps", step)
+
+    @staticmethod
     def _limit(oracle, p: SurrogateParams) -> tuple[int, str]:
         """(queries it may ask, what sets that number: budget | max_queries | cap_queries)."""
         left = oracle.remaining
@@ -306,8 +319,8 @@ class Surrogate(Attack):
     def _ask(oracle, ans: Answers, new: torch.Tensor, joint: bool) -> Answers:
         if len(new) == 0:
             return ans
-        y = oracle.predict(new)
-        g = oracle.explain(new) if joint else None
+        y = oracle.predict(new).to(new.device)
+        g = oracle.explain(new).to(new.device) if joint else None
         if ans.y is None:
             return Answers(new, y, g)
         return Answers(torch.cat([ans.x, new]), torch.cat([ans.y, y]),

@@ -8,16 +8,30 @@ Clopper–Pearson, the two thresholds Bonferroni-corrected — a likelihood rati
   attacker flags at least five times as many members, i.e. a "member" claim is right ≥ 5:1 —
   members are identifiable, not just statistically distinguishable (LiRA on CIFAR-10 without DP:
   TPR 8% at 0.1% FPR, a ratio of 80);
-- medium: members score significantly higher than non-members (one-sided Mann–Whitney p < 0.01)
-  or lr_low > 1: leakage beyond chance, but no confident identification at low FPR;
-- low: neither — what an (ε ≈ 0)-DP model or a well-generalising one shows.
+- medium: leakage a re-draw would not undo — members score higher than non-members with a
+  one-sided Mann–Whitney p < MEDIUM_P (z ≥ MEDIUM_Z), or lr_low ≥ MEDIUM_RATIO: no confident
+  identification at low FPR, but leakage shown;
+- low: neither — what an (ε ≈ 0)-DP model or a well-generalising one shows. Where the evidence is
+  suggestive but not decisive (p < SUGGESTIVE_P) the reason says so, with its p-value and the
+  AUC's 95% interval.
+
+Why MEDIUM_Z (issue 34): a judgment is drawn once, from one victim, one set of references and
+probes; a re-draw of them (another seed, another device's rounding) moves the test statistic z by
+about √2 standard units around the one seen (its sampling error twice: the effect measured here is
+itself an estimate). A "medium" at z only just above the 1% line is undone by half of all re-draws
+(the shipped dp-audit-digits and dp-digits-rero sat there: p 0.004–0.02 over three victim seeds).
+MEDIUM_Z = z(1%) + z(90%)·√2 ≈ 4.14 (p ≈ 1.7e-5): a re-draw as variable as this one still shows
+p < 1% in at least 90% of draws. The likelihood-ratio route needs a 2:1 bound for the same reason
+(a 95% bound just above 1 is one re-draw from below it).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
+from scipy import stats
 
 from harness.attacker.signals import correct_from_labels, phi_from_api, phi_from_logits
 from harness.attacks.base import Artifact
@@ -25,7 +39,11 @@ from harness.errors import AttackSkipped
 
 HIGH_RATIO = 5.0
 HIGH_TPR = 0.01
-MEDIUM_P = 0.01
+REPLICATE_ALPHA, REPLICATE_POWER = 0.01, 0.9
+MEDIUM_Z = float(stats.norm.isf(REPLICATE_ALPHA) + stats.norm.isf(1 - REPLICATE_POWER) * math.sqrt(2))
+MEDIUM_P = float(stats.norm.sf(MEDIUM_Z))  # ≈ 1.7e-5
+MEDIUM_RATIO = 2.0
+SUGGESTIVE_P = 0.01
 
 
 def knowledge(ctx) -> Any:
@@ -118,13 +136,21 @@ def judge_membership(m: dict[str, float]) -> tuple[str, str]:
              f"likelihood ratio ≥ {m['lr_low']:.1f} at 95%")
     tpr_low = max(m["tpr_at_fpr_0.01_tpr_low"], m["tpr_at_fpr_0.001_tpr_low"])
     p = m["mannwhitney_p"]
+    if "auc_ci_low" in m:
+        facts += f"; AUC 95% interval [{m['auc_ci_low']:.3f}, {m['auc_ci_high']:.3f}]"
     if m["lr_low"] >= HIGH_RATIO and tpr_low >= HIGH_TPR:
         return "high", f"members identifiable at low FPR: {facts}"
     if p < MEDIUM_P:
-        return "medium", (f"members score higher than non-members beyond chance (one-sided "
-                          f"Mann–Whitney p {p:.2g}), without confident identification: {facts}")
-    if m["lr_low"] > 1.0:
-        return "medium", (f"at low FPR members are flagged more often than non-members (95% lower "
-                          f"bound on the likelihood ratio {m['lr_low']:.2f} > 1), though the overall "
-                          f"score difference is not significant (Mann–Whitney p {p:.2g}): {facts}")
+        return "medium", (f"members score higher than non-members beyond what a re-draw undoes "
+                          f"(one-sided Mann–Whitney p {p:.2g} < {MEDIUM_P:.2g}), without confident "
+                          f"identification: {facts}")
+    if m["lr_low"] >= MEDIUM_RATIO:
+        return "medium", (f"at low FPR members are flagged at least {MEDIUM_RATIO:g}× as often as "
+                          f"non-members (95% lower bound on the likelihood ratio {m['lr_low']:.2f}), "
+                          f"though the overall score difference stays short of the re-draw line "
+                          f"(Mann–Whitney p {p:.2g}): {facts}")
+    if p < SUGGESTIVE_P or m["lr_low"] > 1.0:
+        return "low", (f"suggestive but not decisive (Mann–Whitney p {p:.2g}, above the {MEDIUM_P:.2g} "
+                       f"a re-draw of the victim would not undo; likelihood ratio ≥ {m['lr_low']:.2f} "
+                       f"at 95%, below {MEDIUM_RATIO:g}): no membership leakage shown: {facts}")
     return "low", f"no membership leakage shown (Mann–Whitney p {p:.2g}): {facts}"

@@ -43,6 +43,7 @@ from torch import nn
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
 from harness.errors import AttackFailed, AttackSkipped
+from victims import devices
 
 
 class ReconnParams(Params):
@@ -230,14 +231,21 @@ class Reconn(Attack):
     @staticmethod
     def _fit(f, x, lo, hi, params: ReconnParams, gen):
         """The reconstructor φ: features → inputs, trained with MAE + MSE (RMSProp)."""
-        d = x.shape[1]
+        d, h, home = x.shape[1], params.hidden, f.device
         torch.manual_seed(int(torch.randint(1 << 30, (1,), generator=gen)))
-        body = nn.Sequential(nn.Linear(f.shape[1], params.hidden), nn.ReLU(),
-                             nn.Linear(params.hidden, params.hidden), nn.ReLU(),
-                             nn.Linear(params.hidden, d), nn.Sigmoid()).to(f.device)
+        fwd = 2.0 * (f.shape[1] * h + h * h + h * d)  # the run's device policy: victims/devices.py
+        dev = devices.current().place("reconstructor", 3 * fwd * len(f) * params.epochs,
+                                      f"{len(f)} feature vectors, {params.epochs} epochs",
+                                      3 * fwd * min(max(1, params.batch), len(f)))
+        f, x = f.to(dev), x.to(dev)
+        body = nn.Sequential(nn.Linear(f.shape[1], h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(),
+                             nn.Linear(h, d), nn.Sigmoid()).to(dev)
 
-        def net(v):
+        def fit(v):
             return lo + (hi - lo) * body(v)
+
+        def net(v):  # the fitted φ, on the features' own device
+            return fit(v.to(dev)).to(home)
 
         opt = torch.optim.RMSprop(body.parameters(), lr=params.lr)
         n, bs = len(f), max(1, params.batch)
@@ -247,7 +255,7 @@ class Reconn(Attack):
             tot = 0.0
             for i in range(0, n, bs):
                 idx = perm[i : i + bs]
-                err = net(f[idx]) - x[idx]
+                err = fit(f[idx]) - x[idx]
                 loss = err.abs().mean() + (err**2).mean()
                 opt.zero_grad()
                 loss.backward()

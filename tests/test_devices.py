@@ -1,0 +1,113 @@
+"""The device policy (victims/devices.py, issue 34): `device: auto` sends a part of the run to CUDA
+only when its estimated work pays there, `cpu` and `cuda` put everything where asked, and the
+record says where each part went. A fake CUDA device checks the choices (nothing is moved)."""
+
+import pytest
+import torch
+from conftest import REPO
+
+from harness.attacker.informed import Recipe
+from harness.attacker.stacked_training import stacked_flop, training_device
+from harness.scenario import load_scenario
+from victims import devices
+from victims.data.datasets import load_dataset
+from victims.errors import BadInput
+from victims.local import training_flop
+from victims.models.files import model_for
+
+FAKE = torch.device("cuda")
+
+
+@pytest.fixture(autouse=True)
+def _restore_numerics():
+    keep = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+            torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
+            torch.get_float32_matmul_precision())
+    yield
+    (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark) = keep[:4]
+    torch.set_float32_matmul_precision(keep[4])
+    devices._CURRENT.clear()
+
+
+def scenario(name):
+    return load_scenario(REPO / "scenarios" / f"{name}.yaml", [])
+
+
+def victim_flop(name):
+    s = scenario(name)
+    d = load_dataset(s.victim.data, s.seed)
+    return training_flop(s, model_for(s.victim.model, d.input_shape, d.n_outputs), d)
+
+
+def test_auto_keeps_small_work_on_the_cpu_and_sends_big_work_to_cuda():
+    p = devices.DevicePolicy("auto", FAKE)
+    for part, need in devices.CUDA_MIN_FLOP.items():
+        assert p.place(part, need / 10).type == "cpu", part
+        assert p.place(part, need) == FAKE, part
+    rep = p.report()
+    assert rep["requested"] == "auto" and rep["cuda_available"]
+    assert rep["parts"]["victim"]["device"] == "cpu and cuda" and rep["parts"]["victim"]["times"] == 2
+    assert rep["cuda_min_flop"] == devices.CUDA_MIN_FLOP
+    # a part on CUDA turned TF32 off and made cuDNN deterministic
+    assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+    assert torch.backends.cudnn.deterministic and torch.get_float32_matmul_precision() == "highest"
+
+
+def test_explicit_devices_and_no_gpu():
+    assert devices.DevicePolicy("cuda", FAKE).place("victim", 0.0) == FAKE  # asked for: everything
+    assert devices.DevicePolicy("cpu", FAKE).place("reference_models", 1e20).type == "cpu"
+    none = devices.DevicePolicy("auto", None)
+    assert none.place("surrogate", 1e20).type == "cpu"
+    assert "no GPU" in none.report()["parts"]["surrogate"]["why"]
+    with pytest.raises(ValueError, match="unknown part"):
+        none.place("everything", 1.0)
+    if not torch.cuda.is_available():
+        with pytest.raises(BadInput, match="device: cuda"):
+            devices.activate("cuda")
+
+
+def test_shipped_victims_stay_on_the_cpu_and_256_reference_models_go_to_cuda():
+    p = devices.DevicePolicy("auto", FAKE)
+    for name in ("quickstart", "membership-digits", "extraction-gradient-exact-float32"):
+        assert p.place("victim", victim_flop(name)).type == "cpu", name  # GPU.md: slower there
+    s = scenario("membership-digits")
+    d = load_dataset(s.victim.data, s.seed)
+    recipe = Recipe(s, d.task, d.input_shape, d.n_outputs, torch.device("cpu"), torch.float32)
+    n = len(d.x_train)
+    assert stacked_flop(recipe, 256, n) >= devices.CUDA_MIN_FLOP["reference_models"]
+    assert stacked_flop(recipe, 2, 50) < devices.CUDA_MIN_FLOP["reference_models"]
+    devices._CURRENT[:] = [p]  # the run's policy, as the runner activates it
+    assert training_device(recipe, torch.zeros(256, n, dtype=torch.long)) == FAKE
+    assert training_device(recipe, torch.zeros(2, 50, dtype=torch.long)).type == "cpu"
+    assert p.parts["reference_models"]["device"] == "cuda and cpu"
+
+
+def test_an_explicit_request_stays_the_runs_policy():
+    run = devices.activate("cpu")
+    assert devices.current() is run and devices.current("cpu") is run  # parts ask without a device
+    assert devices.current("auto") is not run  # a victim built outside the run: its own policy
+
+
+def test_flop_estimate_counts_the_model():
+    lin = torch.nn.Sequential(torch.nn.Linear(10, 20), torch.nn.ReLU(), torch.nn.Linear(20, 3))
+    assert devices.forward_flop(lin, torch.zeros(1, 10)) == 2 * (10 * 20 + 20 * 3)
+    conv = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.Flatten(), torch.nn.Linear(144, 2))
+    assert devices.forward_flop(conv, torch.zeros(1, 1, 8, 8)) == 2 * (4 * 6 * 6 * 9 + 144 * 2)
+    assert devices.forward_flop(conv, torch.zeros(1, 5)) == 2 * sum(p.numel() for p in conv.parameters())
+
+
+def test_stacked_training_records_where_it_ran_and_returns_on_the_recipes_device():
+    from harness.attacker.stacked_training import train_stacked
+
+    s = load_scenario(REPO / "scenarios" / "membership-digits.yaml", ["victim.training.epochs=1"])
+    d = load_dataset(s.victim.data, s.seed)
+    recipe = Recipe(s, d.task, d.input_shape, d.n_outputs, torch.device("cpu"), torch.float32)
+    x, y = torch.as_tensor(d.x_pool[:40], dtype=torch.float32), torch.as_tensor(d.y_pool[:40])
+    idx = torch.stack([torch.arange(20), torch.arange(20, 40)])
+    run = devices.activate("auto")
+    flat = train_stacked(recipe, x, y, idx, seed=3)
+    assert flat.device.type == "cpu" and flat.shape[0] == 2
+    assert run.parts["reference_models"]["device"] == "cpu"  # no GPU here, or too little work
+    devices.activate("cpu")
+    assert torch.equal(train_stacked(recipe, x, y, idx, seed=3), flat)
