@@ -196,6 +196,8 @@ def build_local_victim(s: Any) -> Victim:
     }
     if record.grad_norm is not None:
         rec["optimality_grad_norm"] = record.grad_norm
+    if hasattr(model, "describe"):  # which output of a model file answers, and how it is read
+        rec["model_output"] = model.describe()
     return Victim(backend, truth, info, utility, rec)
 
 
