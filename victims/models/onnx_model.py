@@ -28,15 +28,14 @@ def _is_score(kind: str) -> bool:
     return kind in FLOATS or (kind.startswith("seq(map(") and "tensor(float" in kind)
 
 
-def _producers(path: Path) -> dict[str, str]:
-    """Output name → op type of the node that writes it (empty without the onnx package)."""
+def _nodes(path: Path) -> list:
+    """The graph's nodes (empty without the onnx package)."""
     try:
         import onnx
 
-        graph = onnx.load(str(path), load_external_data=False).graph
+        return list(onnx.load(str(path), load_external_data=False).graph.node)
     except Exception:  # noqa: BLE001 - the graph loaded in onnxruntime; this is a refinement only
-        return {}
-    return {out: node.op_type for node in graph.node for out in node.output}
+        return []
 
 
 def as_array(out: object) -> np.ndarray:
@@ -93,6 +92,7 @@ class OnnxModel(nn.Module):
         rank = len(inputs[0].shape or [])
         self._shape = (-1, *input_shape) if rank == 1 + len(input_shape) else (-1, int(np.prod(input_shape)))
         self.precision = nn.Parameter(torch.zeros(0, dtype=dtype), requires_grad=False)
+        self._nodes = _nodes(path)
         self.output_name, self.read_as = self._choose(path, output_name)
         self.width = self._probe_width(input_shape)
         self.to_one_logit = False
@@ -129,7 +129,7 @@ class OnnxModel(nn.Module):
             chosen = scores[0]
         if chosen.type.startswith("seq(map("):
             return chosen.name, "probabilities"
-        op = _producers(path).get(chosen.name, "")
+        op = {out: n.op_type for n in self._nodes for out in n.output}.get(chosen.name, "")
         if op == "Softmax":
             return chosen.name, "probabilities"
         if op == "Sigmoid" and (chosen.shape or [None])[-1] == 1:
@@ -148,6 +148,12 @@ class OnnxModel(nn.Module):
         if self.read_as == "scores" and sums_to_one(out):
             self.read_as = "probabilities"
         return int(out.shape[1])
+
+    def facts(self) -> tuple[dict[str, bool], str]:
+        """What the graph that computes the answer is (victims/models/facts.py)."""
+        from victims.models.facts import graph_facts
+
+        return graph_facts(self._nodes, self.output_name) if self._nodes else ({}, "an ONNX graph")
 
     def describe(self) -> str:
         """Which output answers and how it is read (a stage line and the report's victim)."""

@@ -136,6 +136,7 @@ class SpanNonAdaptive(Attack):
     needs = frozenset({"prediction", "gradient", "smoothgrad", "whitebox"})
     paper = "003 Sec. 3.1, Alg. 1"
     summary = "span of the first layer from gradients at Gaussian points"
+    assumes = frozenset({"network"})
     Params = SpanParams
 
     def skip_reason(self, info):
