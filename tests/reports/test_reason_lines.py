@@ -238,3 +238,5 @@ def test_no_dead_network_without_every_gradient_zero():
         for noise in (clean, None):
             why = SpanNonAdaptive._why_no_rank(art, noise)
             assert ("dead network" in why) == (zero >= 1.0), (zero, why)
+            # declared not a network (a tree ensemble): never "a dead network"
+            assert "dead network" not in SpanNonAdaptive._why_no_rank(art, noise, network=False)
