@@ -80,7 +80,7 @@ def judge_fidelity(m: dict[str, float], what: str = "model") -> tuple[str | None
         if lvl == "low":
             return "low", f"the extracted {what} does not reproduce the victim ({how}, {q} queries)"
         return "medium", (f"the extracted {what} matches the victim's labels but not its outputs "
-                          f"({how}, {q} queries): a label copy, not a working copy")
+                          f"({how}, {q} queries): a copy of its labels, not of the model")
     if lvl == "high":
         return "high", f"a working copy of the victim was extracted ({how}) in {q} queries"
     if lvl == "medium":

@@ -270,6 +270,9 @@ class SpanNonAdaptive(Attack):
         if zero >= 1.0 and network:
             return ("every gradient read was exactly zero: no path through the network is active at "
                     "the sampled points (a dead network)")
+        if zero >= 1.0 and network is False:
+            return ("every gradient read was exactly zero: the model's outputs are flat at the sampled "
+                    "points (a piecewise-constant model such as a tree ensemble)")
         if zero >= 1.0:
             return ("every gradient read was exactly zero: the model's outputs are flat at the sampled "
                     "points (a dead network, or a piecewise-constant model such as a tree ensemble)")
