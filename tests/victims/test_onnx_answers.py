@@ -136,3 +136,27 @@ def test_task_mismatch_is_caught_by_validate(tmp_path):
     path.write_bytes(skl2onnx.to_onnx(clf, x[:1].astype(np.float32)).SerializeToString())
     with pytest.raises(BadInput, match="answers 3 outputs per row.*the task needs 1"):
         check_buildable(_scenario(path, _npz(tmp_path, x, y), task="regression", output="logits"))
+
+
+def test_three_class_export_is_served_over_http(tmp_path):
+    """`leakmeter serve` of a 3-class scikit-learn export answers its probabilities (was: 500)."""
+    import requests
+    from sklearn.linear_model import LogisticRegression
+
+    from victims.http.served import build_served
+    from victims.http.server import VictimServer
+
+    x, y = _iris()
+    clf = LogisticRegression(max_iter=1000).fit(x[:100], y[:100])
+    path = tmp_path / "iris.onnx"
+    path.write_bytes(skl2onnx.to_onnx(clf, x[:1].astype(np.float32)).SerializeToString())
+    served, _ = build_served(_scenario(path, _npz(tmp_path, x, y)))
+    server = VictimServer(served).start()
+    try:
+        r = requests.post(server.url, json={"inputs": x[100:110].tolist()}, timeout=30)
+    finally:
+        server.close()
+    assert r.status_code == 200, r.text
+    body = r.json()
+    got = np.asarray(body["predictions"] if isinstance(body, dict) else body, dtype=np.float64)
+    np.testing.assert_allclose(got, clf.predict_proba(x[100:110]), atol=1e-5)
