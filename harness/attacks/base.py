@@ -22,7 +22,7 @@ INTERFACES = ("prediction", "gradient", "smoothgrad", "whitebox")
 # what an attack may assume of the model (`Attack.assumes`), in words; the scenario declares which
 # hold (victims/models/facts.py: PublicInfo.declared)
 ASSUMPTIONS = {
-    "network": "a neural network (or linear model) whose first layer is linear",
+    "network": "a neural network (hidden units behind a linear first layer)",
     "relu_network": "a fully connected piecewise-linear ReLU network",
 }
 

@@ -46,12 +46,13 @@ def test_sklearn_onnx_trees_and_linear_pipelines_are_not_relu_networks(tmp_path)
     skl2onnx = pytest.importorskip("skl2onnx")
     from sklearn.ensemble import RandomForestClassifier
     from sklearn.linear_model import LogisticRegression
+    from sklearn.neural_network import MLPClassifier
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
     x, y, data = _bc(tmp_path)
-    for name, clf, span_runs in (("rf", RandomForestClassifier(8, max_depth=4, random_state=0), False),
-                                 ("lr", make_pipeline(StandardScaler(), LogisticRegression()), True)):
+    for name, clf, what in (("rf", RandomForestClassifier(8, max_depth=4, random_state=0), "tree ensemble"),
+                            ("lr", make_pipeline(StandardScaler(), LogisticRegression()), "linear model")):
         clf.fit(x[:300], y[:300])
         path = tmp_path / f"{name}.onnx"
         path.write_bytes(skl2onnx.to_onnx(clf, x[:1].astype(np.float32)).SerializeToString())
@@ -59,9 +60,15 @@ def test_sklearn_onnx_trees_and_linear_pipelines_are_not_relu_networks(tmp_path)
         skips = _skips(info)
         for a in EXACT:
             assert skips[a] and "piecewise-linear ReLU network" in skips[a], (name, a, skips[a])
-        assert (skips["span_nonadaptive"] is None) == span_runs, (name, skips["span_nonadaptive"])
-        if not span_runs:
-            assert "tree ensemble" in skips["span_nonadaptive"]
+            assert what in skips[a]
+        assert "assumes a neural network" in skips["span_nonadaptive"] and what in skips["span_nonadaptive"]
+    # a scaled ReLU MLP exported the same way is declared one by its graph: nothing skipped for it
+    mlp = make_pipeline(StandardScaler(), MLPClassifier((8,), max_iter=2000, random_state=0))
+    mlp.fit(x[:300], y[:300])
+    (tmp_path / "mlp.onnx").write_bytes(skl2onnx.to_onnx(mlp, x[:1].astype(np.float32)).SerializeToString())
+    info = build_victim(_scenario({"arch": "file", "path": str(tmp_path / "mlp.onnx")}, data)).info
+    assert info.declared == {"network": True, "relu_network": True}, info.declared_as
+    assert all(v is None for v in _skips(info).values())
 
 
 def test_a_gelu_state_dict_keeps_span_and_skips_the_exact_attacks(tmp_path):

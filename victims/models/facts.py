@@ -1,8 +1,9 @@
 """What a scenario declares its model to be, for the attacks that assume something of it.
 
 `model_facts(model)` reads the structure of the model the scenario names (never its answers):
-- `network`: a neural network or linear model whose first layer is linear, so its input
-  gradients lie in that layer's row span (the span attacks' premise); a tree ensemble is not one;
+- `network`: a neural network (hidden units behind a linear first layer), so its input gradients
+  lie in that layer's row span (the span attacks' premise); a tree ensemble or a linear model
+  (whose weights are the whole model, no hidden layer to recover) is not one;
 - `relu_network`: a fully connected piecewise-linear ReLU network (Linear and ReLU layers only;
   an output softmax or sigmoid is its link), which the exact extraction attacks assume.
 A fact is True or False when the scenario's model shows it; absent when nothing says (an endpoint
@@ -49,9 +50,9 @@ def model_facts(model: Any) -> tuple[dict[str, bool], str]:
     convs = any(isinstance(m, nn.Conv1d | nn.Conv2d | nn.Conv3d) for m in mods)
     relu_only = all(isinstance(m, nn.Linear | nn.ReLU | nn.Dropout) for m in mods)
     linear = all(isinstance(m, nn.Linear) for m in mods)
-    facts = {"network": True, "relu_network": relu_only and not convs}
     if linear:
-        return facts, "a linear model"
+        return {"network": False, "relu_network": False}, "a linear model (no hidden layer)"
+    facts = {"network": True, "relu_network": relu_only and not convs}
     if convs:
         return facts, "a convolutional network, not a fully connected network"
     what = "a fully connected ReLU network" if facts["relu_network"] else \
@@ -76,10 +77,10 @@ def graph_facts(nodes: list[Any], output: str) -> tuple[dict[str, bool], str]:
     ops = {n.op_type for n in seen}
     if any(op.startswith(_TREE_PREFIX) for op in ops):
         return {"network": False, "relu_network": False}, "a tree ensemble (ONNX)"
-    if ops & _LINEAR_OPS:
-        return {"network": True, "relu_network": False}, "a linear model (ONNX)"
     link_fed = {i for n in seen if n.op_type in ("Gemm", "MatMul") for i in n.input}
     links_inside = any(o in link_fed for n in seen if n.op_type in _LINK_OPS for o in n.output)
+    if ops & _LINEAR_OPS or (ops <= _PL_OPS | _LINK_OPS and "Relu" not in ops and not links_inside):
+        return {"network": False, "relu_network": False}, "a linear model (ONNX, no hidden layer)"
     if "Relu" in ops and ops <= _PL_OPS | _LINK_OPS and not links_inside:
         return {"network": True, "relu_network": True}, "a ReLU network (ONNX)"
     if ops & {"Gemm", "MatMul", "Conv"}:
