@@ -145,6 +145,7 @@ def _torch(kind: str, onnx: bool, softmax: bool = False):
             return path, answer
         path = folder / "model.onnx"
         out = nn.Sequential(net, nn.Softmax(dim=1)) if softmax else net
+        warnings.simplefilter("ignore", DeprecationWarning)  # the TorchScript-based exporter
         torch.onnx.export(out, (torch.zeros(1, x.shape[1]),), str(path), input_names=["x"],
                           output_names=["probabilities" if softmax else "logits"],
                           dynamic_axes={"x": {0: "n"}}, dynamo=False)
@@ -195,8 +196,9 @@ def plain_thief(answer, pool: np.ndarray, test: np.ndarray, queries: int, regres
     out = answer(q)
     y = out.reshape(len(q), -1)[:, 0] if regression else out.argmax(1)
     cut = int(0.8 * len(q)) if len(q) >= 20 else len(q)
-    models = ([Ridge(1.0), MLPRegressor((64,), max_iter=2000, random_state=seed)] if regression else
-              [LogisticRegression(max_iter=2000), MLPClassifier((64,), max_iter=2000, random_state=seed)])
+    net = {"hidden_layer_sizes": (64,), "max_iter": 2000, "random_state": seed}
+    models = ([Ridge(1.0), MLPRegressor(**net)] if regression else
+              [LogisticRegression(max_iter=2000), MLPClassifier(**net)])
     z, zt = (q - mu) / sd, (test - mu) / sd  # standardised with the pool's statistics
     best, best_score = None, -np.inf
     with warnings.catch_warnings():
