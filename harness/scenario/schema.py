@@ -362,6 +362,15 @@ class Scenario(Strict):
         return self
 
     @model_validator(mode="after")
+    def _no_batch_norm_under_dp(self) -> Scenario:
+        """DP-SGD clips per-example gradients; BatchNorm mixes examples (Opacus refuses it)."""
+        m = self.victim.model
+        if self.defenses.dp_sgd is not None and m.arch == "mlp" and m.norm == "batch":
+            raise ValueError("victim.model.norm: batch mixes examples, which DP-SGD's per-example "
+                             "clipping does not allow; allowed with defenses.dp_sgd: layer, none")
+        return self
+
+    @model_validator(mode="after")
     def _one_pool_setting(self) -> Scenario:
         data, att = self.victim.data, self.attacker
         old_set = "attacker_pool" in data.model_fields_set
