@@ -51,7 +51,7 @@ def test_sklearn_onnx_trees_and_linear_pipelines_are_not_relu_networks(tmp_path)
     from sklearn.preprocessing import StandardScaler
 
     x, y, data = _bc(tmp_path)
-    for name, clf, what in (("rf", RandomForestClassifier(8, max_depth=4, random_state=0), "tree ensemble"),
+    for name, clf, what in (("rf", RandomForestClassifier(4, max_depth=3, random_state=0), "tree ensemble"),
                             ("lr", make_pipeline(StandardScaler(), LogisticRegression()), "linear model")):
         clf.fit(x[:300], y[:300])
         path = tmp_path / f"{name}.onnx"
@@ -63,8 +63,9 @@ def test_sklearn_onnx_trees_and_linear_pipelines_are_not_relu_networks(tmp_path)
             assert what in skips[a]
         assert "assumes a neural network" in skips["span_nonadaptive"] and what in skips["span_nonadaptive"]
     # a scaled ReLU MLP exported the same way is declared one by its graph: nothing skipped for it
-    mlp = make_pipeline(StandardScaler(), MLPClassifier((8,), max_iter=2000, random_state=0))
-    mlp.fit(x[:300], y[:300])
+    mlp = make_pipeline(StandardScaler(), MLPClassifier((8,), max_iter=20, random_state=0))
+    with pytest.warns(Warning):  # not converged: its graph, not its accuracy, is what is read
+        mlp.fit(x[:300], y[:300])
     (tmp_path / "mlp.onnx").write_bytes(skl2onnx.to_onnx(mlp, x[:1].astype(np.float32)).SerializeToString())
     info = build_victim(_scenario({"arch": "file", "path": str(tmp_path / "mlp.onnx")}, data)).info
     assert info.declared == {"network": True, "relu_network": True}, info.declared_as
