@@ -195,7 +195,8 @@ def _utility_line(victim) -> str:
     n = victim.record.get("parameters")
     if not u and n is None:
         return "an endpoint: no local model to measure"
-    return f"{u or 'no test split'}; {n if n is not None else '?'} parameters"
+    out = victim.record.get("model_output")
+    return f"{u or 'no test split'}; {n if n is not None else '?'} parameters" + (f"; {out}" if out else "")
 
 
 def _outcome(entry: dict[str, Any]) -> str:

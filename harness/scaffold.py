@@ -31,6 +31,7 @@ class Answers:
     output: str | None = None  # None: probabilities (classification) or logits (regression)
     model: str | None = None
     name: str | None = None
+    activation: str | None = None  # a state_dict's activation (never in the file): asked, or assumed
     notes: list[str] = field(default_factory=list)
 
 
@@ -79,7 +80,10 @@ class FileModel:
     fmt: str
     widths: list[int] | None = None
     biases: list[bool] | None = None
-    answers: int | None = None  # an ONNX graph's output width, when it declares one
+    answers: int | None = None  # an ONNX graph's answer width, when its input width is fixed
+    norm: str = "none"  # the hidden layers' norm a state_dict's keys show
+    output_name: str | None = None  # the ONNX output that answers (its float scores)
+    read_as: str | None = None  # how that output is read: probabilities | sigmoid | scores
 
     @property
     def outputs(self) -> int | None:
@@ -89,6 +93,7 @@ class FileModel:
 # records the bundled data sets hold (train + test + pool are drawn from these)
 SIZES = {"digits": 1797, "breast_cancer": 569, "diabetes": 442}
 POOL = 200  # the attacker's records asked for by default
+MANY_VALUES = 20  # a floating-point target with more distinct values is read as a regression target
 
 
 def data_section(data: str, folder: Path, model: FileModel | None = None
@@ -126,7 +131,8 @@ def data_section(data: str, folder: Path, model: FileModel | None = None
                 tn, task, (POOL, "training records not used in training"))
     if p.suffix == ".npz" and p.is_file():
         info = _npz_info(p)
-        task, tl, tn = _task_lines(info["task"], model, p.name, info.get("classes"))
+        task, tl, tn = _task_lines(info["task"], model, p.name, info.get("classes"),
+                                   info.get("float_y", False))
         notes = tn
         if info["x_pool"] is not None:
             pool = (info["x_pool"], "the x_pool/y_pool arrays of your .npz")
@@ -144,10 +150,18 @@ def data_section(data: str, folder: Path, model: FileModel | None = None
                    "file nor a folder of IDX files")
 
 
-def _task_lines(task: str, model: FileModel | None, name: str, classes: int | None = None
-                ) -> tuple[str, list[str], list[str]]:
-    """(task, its YAML lines, notes): a two-class model with two outputs is multiclass to leakmeter."""
+def _task_lines(task: str, model: FileModel | None, name: str, classes: int | None = None,
+                float_y: bool = False) -> tuple[str, list[str], list[str]]:
+    """(task, its YAML lines, notes): a two-class model with two outputs is multiclass to leakmeter;
+    a target of many values answered by one score (or, without a model, a floating-point target
+    of many values) is a regression, never a classifier with one class per value."""
     outs = model.outputs if model is not None else None
+    scores = model is None or model.read_as in (None, "scores")
+    if task != "regression" and classes and classes > 2 and scores and (
+            outs == 1 or (outs is None and float_y and classes > MANY_VALUES)):
+        why = ("and your model answers one value" if outs == 1 else "(floating-point)")
+        return "regression", [_c("    task: regression", f"y has {classes} distinct values {why}"),
+                              _more("    ", "multiclass | binary | regression")], []
     if task == "binary" and outs == 2:
         return "multiclass", [_c("    task: multiclass", "2 classes and your model has 2 outputs, one per"),
                               _more("    ", "class (binary is a model with one output, a logit)")], []
@@ -180,13 +194,16 @@ def _npz_info(path: Path) -> dict[str, Any]:
             n_pool = len(z["x_pool"]) if "x_pool" in z.files and "y_pool" in z.files else None
     except (OSError, ValueError) as exc:
         raise BadInput(f"--data: {path} is not a readable .npz without pickles ({exc})") from None
-    if np.issubdtype(y.dtype, np.floating) and not np.allclose(y, np.round(y)):
+    floating = bool(np.issubdtype(y.dtype, np.floating))
+    if floating and not np.allclose(y, np.round(y)):
         return {"task": "regression", "x_test": n_test, "x_pool": n_pool}
     k = len(np.unique(y))
-    return {"task": "binary" if k == 2 else "multiclass", "classes": k, "x_test": n_test, "x_pool": n_pool}
+    return {"task": "binary" if k == 2 else "multiclass", "classes": k, "x_test": n_test, "x_pool": n_pool,
+            "float_y": floating}
 
 
-def model_section(model: str | None, folder: Path) -> tuple[list[str], list[str], FileModel | None]:
+def model_section(model: str | None, folder: Path, activation: str | None = None
+                  ) -> tuple[list[str], list[str], FileModel | None]:
     """(YAML lines of victim.model (+ training), notes, what the file says) for a model file or a
     model leakmeter trains."""
     if model is None:
@@ -209,10 +226,26 @@ def model_section(model: str | None, folder: Path) -> tuple[list[str], list[str]
         lines += [_c("    spec:", "the architecture the file's weights fit"),
                   "      arch: mlp",
                   _c(f"      hidden: {hidden}", f"read from the file: widths {info.widths}")]
+        if info.norm != "none":
+            what = "BatchNorm1d" if info.norm == "batch" else "LayerNorm"
+            lines.append(_c(f"      norm: {info.norm}", f"read from the file ({what} per hidden layer)"))
         if info.biases is not None and not all(info.biases):
             lines.append(_c(f"      bias: {_bias(info.biases)}", "read from the file"))
-        lines.append(_c("      activation: relu", "not stored in the file: check it"))
-        notes.append(f"{p.name}: a {info.fmt} with layer widths {info.widths}; check the activation")
+        if activation is None:
+            lines += [_c("      activation: relu", "ASSUMED: a state_dict does not store it; relu |"),
+                      _more("      ", "leaky_relu | gelu | silu | tanh | sigmoid")]
+            notes.append(f"{p.name}: the activation is not stored in a {info.fmt} file; relu was ASSUMED "
+                         "(wrong activation = a wrong model audited): check victim.model.spec.activation "
+                         "or pass --activation")
+        else:
+            lines.append(_c(f"      activation: {activation}", "as given (a state_dict does not store it)"))
+        notes.append(f"{p.name}: a {info.fmt} with layer widths {info.widths}"
+                     + (f" and {info.norm} norms" if info.norm != "none" else ""))
+    if info.fmt == "onnx" and info.output_name is not None:
+        how = {"probabilities": "probabilities", "sigmoid": "a probability",
+               "scores": "scores (logits or values)"}[info.read_as or "scores"]
+        lines.append(_c(f"    output_name: {_q(info.output_name)}", f"the answer: the graph's {how}"))
+        notes.append(f"{p.name}: answers with its output {info.output_name!r} ({how}, width {info.answers})")
     return lines, notes, info
 
 
@@ -235,7 +268,11 @@ def read_model_file(path: Path) -> FileModel:
         raise BadInput(f"--model: {path} is not a model file leakmeter reads (allowed: a state_dict "
                        "saved with torch.save, safetensors, ONNX)")
     if fmt == "onnx":
-        return FileModel(fmt, answers=_onnx_width(path))
+        found = _onnx_answer(path)
+        if found is None:
+            return FileModel(fmt)
+        name, width, read_as = found
+        return FileModel(fmt, answers=width, output_name=name, read_as=read_as)
     shapes: list[tuple[str, tuple[int, ...]]] = []
     try:
         if fmt == "state_dict":
@@ -252,13 +289,14 @@ def read_model_file(path: Path) -> FileModel:
     except Exception as exc:  # noqa: BLE001 - not readable as weights: the same refusal as `run`
         raise BadInput(f"--model: {path} is not a weights-only {fmt} file ({type(exc).__name__}); "
                        "nothing was run") from None
-    mats = [(k, s) for k, s in shapes if k.endswith("weight") and len(s) == 2]
-    if not mats:
+    from victims.models.layers import read_layers
+
+    layers = read_layers(shapes)
+    if layers.unsupported:
+        raise BadInput("--model: " + layers.refusal(path).removeprefix("victim.model.spec: "))
+    if not layers.widths:
         return FileModel(fmt)
-    names = {k for k, _ in shapes}
-    widths = [mats[0][1][1]] + [s[0] for _, s in mats]
-    biases = [k[: -len("weight")] + "bias" in names for k, _ in mats]
-    return FileModel(fmt, widths, biases)
+    return FileModel(fmt, layers.widths, layers.biases, norm=layers.norm)
 
 
 def attack_comment(interface: str) -> list[str]:
@@ -283,7 +321,7 @@ def scenario_text(a: Answers, folder: Path) -> str:
     if a.output is not None and a.output not in OUTPUTS:
         raise BadInput(f"--output: {a.output!r}; allowed: {', '.join(OUTPUTS)}")
     name = slug(a.name or (Path(a.model).stem if a.model else Path(a.data).stem))
-    mlines, mnotes, info = model_section(a.model, folder)
+    mlines, mnotes, info = model_section(a.model, folder, a.activation)
     dlines, dnotes, task, (pool, pool_from) = data_section(a.data, folder, info)
     a.notes = mnotes + dnotes
     output = a.output or ("logits" if task == "regression" else "probabilities")
@@ -337,13 +375,17 @@ def scenario_text(a: Answers, folder: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _onnx_width(path: Path) -> int | None:
-    """The output width an ONNX graph declares (None without onnxruntime or a fixed width)."""
+def _onnx_answer(path: Path) -> tuple[str, int, str] | None:
+    """(output name, width, how it is read) of the answer an ONNX graph gives (None without
+    onnxruntime or a fixed input width); BadInput when it has no score output."""
     try:
-        import onnxruntime as ort
-
-        width = (ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-                 .get_outputs()[0].shape or [None])[-1]
-    except Exception:  # noqa: BLE001 - `validate` reports an unreadable file with its reason
+        from victims.models.onnx_model import onnx_answer
+    except ImportError:
         return None
-    return width if isinstance(width, int) else None
+    try:
+        found = onnx_answer(path)
+    except ImportError:
+        return None
+    except BadInput as exc:
+        raise BadInput(str(exc).replace("victim.model.path: ", "--model: ", 1)) from None
+    return None if found is None else found[:3]

@@ -22,6 +22,7 @@ from victims import devices
 from victims.data.datasets import Dataset, load_dataset
 from victims.errors import BadInput
 from victims.models.builders import count_parameters, first_layer_weight
+from victims.models.facts import model_facts
 from victims.models.files import model_for
 from victims.models.training import TrainRecord, train
 from victims.victim import PublicInfo, Truth, Victim
@@ -207,6 +208,7 @@ def build_local_victim(s: Any) -> Victim:
         input_low=lo, input_high=hi, device=device, dtype=dtype, input_domain_source=domain_source,
         gradient_class=s.interface.gradient_class,
     )
+    info.declared, info.declared_as = model_facts(model)
     truth = Truth(model, data, _first_layer(model, data, device, dtype), record)
     rec = {
         "data": data.record, "parameters": count_parameters(model), "train_seconds": train_s,
@@ -215,6 +217,8 @@ def build_local_victim(s: Any) -> Victim:
     }
     if record.grad_norm is not None:
         rec["optimality_grad_norm"] = record.grad_norm
+    if hasattr(model, "describe"):  # which output of a model file answers, and how it is read
+        rec["model_output"] = model.describe()
     return Victim(backend, truth, info, utility, rec)
 
 

@@ -43,6 +43,10 @@ class PublicInfo:
     dtype: torch.dtype
     input_domain_source: str = ""  # where input_low/high come from (declared, documented, pool)
     gradient_class: int = 0  # the class `gradient_of: class` explains (documented by the API)
+    # what the scenario declares its model to be (victims/models/facts.py): which attacks apply;
+    # a fact absent when nothing declares it (an endpoint: the attacks' own tests decide)
+    declared: dict[str, bool] = field(default_factory=dict)
+    declared_as: str = ""
 
 
 @dataclass

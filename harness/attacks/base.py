@@ -19,6 +19,12 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 FAMILIES = ("extraction", "span", "reconstruction", "membership")
 INTERFACES = ("prediction", "gradient", "smoothgrad", "whitebox")
+# what an attack may assume of the model (`Attack.assumes`), in words; the scenario declares which
+# hold (victims/models/facts.py: PublicInfo.declared)
+ASSUMPTIONS = {
+    "network": "a neural network (hidden units behind a linear first layer)",
+    "relu_network": "a fully connected piecewise-linear ReLU network",
+}
 
 
 class Params(BaseModel):
@@ -115,6 +121,9 @@ class Attack:
     paper: ClassVar[str]  # e.g. "003 Alg. 1"
     summary: ClassVar[str] = ""
     Params: ClassVar[type[Params]] = Params
+    # what it assumes of the model (keys of ASSUMPTIONS): skipped on a model declared otherwise;
+    # where nothing is declared (an endpoint) it runs and its own tests decide
+    assumes: ClassVar[frozenset[str]] = frozenset()
 
     def run(self, oracle: Any, params: Any, ctx: RunContext) -> Artifact:
         raise NotImplementedError
@@ -133,4 +142,13 @@ class Attack:
         if info.interface == "whitebox" and self.family in ("extraction", "span"):
             return ("the weights are released (white-box): the model and its first-layer span are "
                     f"the attacker's already, so {self.family} would show nothing more")
+        return self.assumption_skip(info)
+
+    def assumption_skip(self, info: Any) -> str | None:
+        """Why the declared model does not meet what this attack assumes, or None."""
+        declared = getattr(info, "declared", None) or {}
+        for need in sorted(self.assumes):
+            if declared.get(need) is False:
+                what = getattr(info, "declared_as", "") or "a model declared otherwise"
+                return f"assumes {ASSUMPTIONS[need]}; the scenario's model is {what}"
         return None

@@ -13,6 +13,7 @@ from harness.cli.common import guarded
 INTERFACES = ("prediction", "gradient", "smoothgrad", "whitebox")
 OUTPUTS = ("label", "probabilities", "logits")
 DATASETS = ("digits", "breast_cancer", "diabetes", "fashion_mnist")
+ACTIVATIONS = ("relu", "leaky_relu", "gelu", "silu", "tanh", "sigmoid")
 
 
 def _ask(value, question: str, default, ask: bool, choices=None):
@@ -30,6 +31,8 @@ def _ask(value, question: str, default, ask: bool, choices=None):
 @click.option("--interface", "interface", type=click.Choice(INTERFACES),
               help="What users of the deployment can ask.")
 @click.option("--output", "output", type=click.Choice(OUTPUTS), help="What predict returns.")
+@click.option("--activation", type=click.Choice(ACTIVATIONS),
+              help="A state_dict's activation (the file does not store it; asked, else relu is assumed).")
 @click.option("--name", help="Scenario name (default: from the model or data file).")
 @click.option("-o", "--out", "out", type=click.Path(dir_okay=False), default=None,
               help="Where to write the scenario (default: <name>.yaml here).")
@@ -37,7 +40,7 @@ def _ask(value, question: str, default, ask: bool, choices=None):
 @click.option("--ask/--no-ask", default=None,
               help="Ask for what the flags leave out (default: when stdin is a terminal).")
 @guarded
-def init(model, data, interface, output, name, out, force, ask) -> None:
+def init(model, data, interface, output, activation, name, out, force, ask) -> None:
     """Write a commented starting SCENARIO for your model and data, validated."""
     from pathlib import Path
 
@@ -52,8 +55,12 @@ def init(model, data, interface, output, name, out, force, ask) -> None:
     if ask:  # left out and not asked: probabilities, or logits for a regression model
         output = _ask(output, "What predict returns (regression: logits)", "probabilities", ask,
                       list(OUTPUTS))
-    answers = Answers(data=data, interface=interface, output=output,
-                      model=None if str(model).lower() in ("none", "") else model, name=name)
+    model = None if str(model).lower() in ("none", "") else model
+    if ask and activation is None and model is not None and _holds_weights(model):
+        activation = _ask(None, "Activation of your network (a state_dict does not store it)", "relu",
+                          ask, list(ACTIVATIONS))
+    answers = Answers(data=data, interface=interface, output=output, model=model, name=name,
+                      activation=activation)
     stem = slug(name or (Path(answers.model).stem if answers.model else Path(data).stem))
     path = Path(out or f"{stem}.yaml")
     if path.exists() and not force:
@@ -71,3 +78,13 @@ def init(model, data, interface, output, name, out, force, ask) -> None:
         click.echo(f"note: {note}")
     click.echo(f"wrote {path} ({s.name}: {s.interface.kind}/{s.interface.output}; valid)\n"
                f"next: leakmeter validate {path} && leakmeter run {path}")
+
+
+def _holds_weights(model: str) -> bool:
+    """The file is a state_dict or safetensors file (weights without their activation)."""
+    from pathlib import Path
+
+    from victims.models.files import sniff
+
+    p = Path(model)
+    return p.is_file() and sniff(p) in ("state_dict", "safetensors")

@@ -23,7 +23,7 @@ from harness.scenario.limits import (
 )
 from victims.http.protocol import template_has
 
-Activation = Literal["relu", "tanh", "sigmoid", "softplus", "elu", "leaky_relu"]
+Activation = Literal["relu", "tanh", "sigmoid", "softplus", "elu", "leaky_relu", "gelu", "silu"]
 RiskLevel = Literal["low", "medium", "high"]
 
 
@@ -44,6 +44,7 @@ class ModelSpec(Strict):
     hidden: list[Annotated[int, Field(ge=1, le=MAX_WIDTH)]] = Field(default_factory=lambda: [64],
                                                                     max_length=64)
     activation: Activation | list[Activation] = "relu"
+    norm: Literal["none", "batch", "layer"] = "none"  # after each hidden Linear layer (mlp)
     bias: bool | list[bool] = True
     channels: list[Annotated[int, Field(ge=1, le=4096)]] = Field(default_factory=lambda: [8, 16],
                                                                  max_length=16)
@@ -52,6 +53,8 @@ class ModelSpec(Strict):
     # auto never runs code; torchscript also needs --trust-model-code (victims/models/files.py)
     format: Literal["auto", "state_dict", "safetensors", "onnx", "torchscript"] = "auto"
     spec: ModelSpec | None = None  # architecture of a state_dict file
+    # which output of a model file is the API's answer (null: its floating-point scores)
+    output_name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:/\-]{1,128}$")
 
     @field_validator("path")
     @classmethod
@@ -78,8 +81,8 @@ class DataSpec(Strict):
     classes: list[Annotated[int, Field(ge=0, le=100_000)]] | None = Field(default=None,
                                                                           max_length=100_000)
     labels: Literal["victim", "teacher"] = "teacher"
-    # null: `none` for a user's model file (its inputs as they are), `standard` for a model
-    # leakmeter trains (resolved by Scenario)
+    # null: `none` for a model leakmeter did not train (a user's file, an endpoint: its inputs as
+    # they are), `standard` for a model leakmeter trains (resolved by Scenario)
     standardize: Literal["none", "standard", "minmax", "center", "minmax_center"] | None = None
 
     @field_validator("path")
@@ -350,10 +353,21 @@ class Scenario(Strict):
 
     @model_validator(mode="after")
     def _inputs_as_they_are(self) -> Scenario:
-        """A user's model file sees its inputs as they are unless standardising is asked for."""
+        """A model leakmeter did not train (a user's file, an endpoint) sees its inputs as they are
+        unless standardising is asked for; a model leakmeter trains sees them standardised."""
         d = self.victim.data
         if d.standardize is None:
-            d.standardize = "none" if self.victim.model.arch == "file" else "standard"
+            theirs = self.victim.model.arch == "file" or self.victim.endpoint is not None
+            d.standardize = "none" if theirs else "standard"
+        return self
+
+    @model_validator(mode="after")
+    def _no_batch_norm_under_dp(self) -> Scenario:
+        """DP-SGD clips per-example gradients; BatchNorm mixes examples (Opacus refuses it)."""
+        m = self.victim.model
+        if self.defenses.dp_sgd is not None and m.arch == "mlp" and m.norm == "batch":
+            raise ValueError("victim.model.norm: batch mixes examples, which DP-SGD's per-example "
+                             "clipping does not allow; allowed with defenses.dp_sgd: layer, none")
         return self
 
     @model_validator(mode="after")

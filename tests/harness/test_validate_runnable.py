@@ -81,7 +81,7 @@ def _unset_token(tmp_path, data, monkeypatch):
 
 CASES = {
     # case: (edit, words in the one line)
-    "state_dict does not match spec": (_mismatched_state, ["victim.model.spec", "w.pt", "size mismatch"]),
+    "state_dict does not match spec": (_mismatched_state, ["victim.model.spec", "w.pt", "hidden to [5]"]),
     "classes not in the dataset": (_set("victim.data.classes", [3, 42]), ["victim.data.classes", "[42]"]),
     "template without $explain": (_json_gradient, ["victim.endpoint.request_template", "$explain"]),
     "IDX folder without files": (_idx_folder, ["idx", "no IDX file"]),

@@ -73,12 +73,15 @@ def extraction_level(m):
     if "agreement" in m:
         a, k = m["agreement"], m["kappa"]
         lv.append("high" if a >= 0.95 and k >= 0.9 else "medium" if a >= 0.8 and k >= 0.6 else "low")
-    return max(lv, key=["low", "medium", "high"].index)
+    top = max(lv, key=["low", "medium", "high"].index)
+    if m.get("output_r2", 0.0) < 0 and top == "high":  # labels only: never "a working copy"
+        return "medium"
+    return top
 
 
 def check_extraction(m, risk, why):
     assert risk == extraction_level(m), (m, risk, why)
-    assert ("working copy" in why) == (risk == "high"), why
+    assert ("a working copy" in why) == (risk == "high"), why
     if "agreement" in m:
         assert f"agreement {m['agreement']:.3f}" in why and f"κ {m['kappa']:.3f}" in why, why
     if "output_error" in m:
@@ -244,3 +247,6 @@ def test_no_dead_network_without_every_gradient_zero():
         for noise in (clean, None):
             why = SpanNonAdaptive._why_no_rank(art, noise)
             assert ("dead network" in why) == (zero >= 1.0), (zero, why)
+            # declared not a network (a tree ensemble): never "a dead network"
+            assert "dead network" not in SpanNonAdaptive._why_no_rank(art, noise, network=False)
+            assert ("dead network" in SpanNonAdaptive._why_no_rank(art, noise, network=True)) == (zero >= 1.0)

@@ -199,6 +199,9 @@ def build_remote_victim(s: Any) -> Victim:
     if s.victim.model.arch == "file":
         truth, utility = _file_truth(s)
         record["notes"].append("truth: the named model file (full scoring)")
+        from victims.models.facts import model_facts
+
+        info.declared, info.declared_as = model_facts(truth.model)
     else:
         held = pub["data"].x_test if pub["data"] is not None and len(pub["data"].x_test) else None
         truth = BlackBoxTruth(None, None, None, None, endpoint=backend, info=info, seed=s.seed,

@@ -21,7 +21,10 @@ ACTIVATIONS = {
     "softplus": nn.Softplus,
     "elu": nn.ELU,
     "leaky_relu": nn.LeakyReLU,
+    "gelu": nn.GELU,
+    "silu": nn.SiLU,
 }
+NORMS = {"batch": nn.BatchNorm1d, "layer": nn.LayerNorm}
 
 
 def _per_layer(value: Any, n: int, key: str) -> list[Any]:
@@ -43,8 +46,9 @@ class MLP(nn.Sequential):
 
 
 def build_mlp(d: int, k: int, hidden: list[int], activation: Any, bias: Any,
-              init_std: Any = None) -> MLP:
-    """Return an MLP d → hidden… → k."""
+              init_std: Any = None, norm: str = "none") -> MLP:
+    """Return an MLP d → hidden… → k; each hidden layer is Linear → norm (batch | layer | none)
+    → activation (dropout holds no weights and is inert at inference: not built)."""
     widths = [d, *hidden, k]
     n_layers = len(widths) - 1
     acts = _per_layer(activation, len(hidden), "activation") if hidden else []
@@ -59,6 +63,8 @@ def build_mlp(d: int, k: int, hidden: list[int], activation: Any, bias: Any,
                 nn.init.zeros_(lin.bias)
         layers.append(lin)
         if i < len(hidden):
+            if norm in NORMS:
+                layers.append(NORMS[norm](widths[i + 1]))
             layers.append(ACTIVATIONS[acts[i]]())
     return MLP(*layers)
 
@@ -93,7 +99,8 @@ def build_model(spec: Any, input_shape: tuple[int, ...], n_outputs: int) -> nn.M
     for s in input_shape:
         d *= s
     if spec.arch == "mlp":
-        return build_mlp(d, n_outputs, spec.hidden, spec.activation, spec.bias, spec.init_std)
+        return build_mlp(d, n_outputs, spec.hidden, spec.activation, spec.bias, spec.init_std,
+                         getattr(spec, "norm", "none"))
     if spec.arch in ("logistic", "linear"):
         return build_mlp(d, n_outputs, [], "relu", spec.bias, spec.init_std)
     if spec.arch == "cnn":

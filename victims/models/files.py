@@ -30,8 +30,10 @@ from torch import nn
 
 from victims.errors import BadInput
 from victims.limits import READ_AT_CHECK, check_model_archive
-from victims.models.builders import build_model
+from victims.models.builders import MLP, build_model
+from victims.models.layers import Group, Layers, groups, read_layers
 from victims.models.onnx_check import check_onnx_graph
+from victims.models.onnx_model import OnnxModel
 
 FORMATS = ("auto", "state_dict", "safetensors", "onnx", "torchscript")
 MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024
@@ -136,7 +138,7 @@ def load_model_file(spec: Any, input_shape: tuple[int, ...], n_outputs: int) -> 
                            f"({type(exc).__name__})") from None
     if fmt == "onnx":
         check_onnx_graph(path)  # sizes it would allocate, non-finite weights: before a session
-        return OnnxModel(path, input_shape, n_outputs)
+        return OnnxModel(path, input_shape, n_outputs, getattr(spec, "output_name", None))
     state = read_tensors(path, fmt)
     model = build_model(spec.spec, input_shape, n_outputs)
     floats = [v.dtype for v in state.values() if torch.is_tensor(v) and v.is_floating_point()]
@@ -155,9 +157,9 @@ def check_model_file(spec: Any, input_shape: tuple[int, ...], n_outputs: int) ->
     fmt = resolve_format(spec)
     if fmt == "torchscript":
         return nn.Module()
-    if fmt == "onnx":
+    if fmt == "onnx":  # its answer width against the task, as the run will check it
         check_onnx_graph(path)  # sizes it would allocate, non-finite weights: before a session
-        return OnnxModel(path, input_shape)
+        return OnnxModel(path, input_shape, n_outputs, getattr(spec, "output_name", None))
     big = check_model_archive(path) > READ_AT_CHECK
     if fmt == "safetensors" and big:
         from safetensors import safe_open
@@ -173,45 +175,77 @@ def check_model_file(spec: Any, input_shape: tuple[int, ...], n_outputs: int) ->
 
 def _load_into(model: nn.Module, state: dict[str, torch.Tensor], path: Path, assign: bool = False) -> None:
     """Load `state` into `model` (by position when only the key names differ); BadInput with the
-    whole cause, in the user's terms, when it does not fit the spec."""
+    cause in one line, in the user's terms (never PyTorch's key dump), when it does not fit the spec."""
+    shapes = [(k, tuple(v.shape)) for k, v in state.items()]
+    reading = read_layers(shapes)
+    if reading.unsupported and isinstance(model, MLP):
+        raise BadInput(reading.refusal(path))
     state = _by_position(state, model)
     try:
         model.load_state_dict(state, assign=assign)
-    except RuntimeError as exc:
-        whole = " ".join(str(exc).split())
-        raise BadInput(f"victim.model.spec: does not match {path}: {_cause(state, model)}({whole})") from None
+    except RuntimeError:
+        raise BadInput(f"victim.model.spec: does not match {path}: {_cause(reading, state, model)}") from None
 
 
 def _by_position(state: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
     """The file's tensors under the model's key names when only the names differ (e.g. a class
-    with fc1/fc2 for our Sequential 0/2): same count, same shapes, in the same order."""
+    with fc1/bn1/fc2 for our Sequential 0/1/3): the same modules of each kind (Linear, norm), in
+    the order the file lists them, with the same tensors and shapes."""
     want = model.state_dict()
-    if set(state) == set(want) or len(state) != len(want):
+    if set(state) == set(want):
         return state
-    if all(tuple(a.shape) == tuple(b.shape) for a, b in zip(state.values(), want.values(), strict=True)):
-        return dict(zip(want, state.values(), strict=True))
-    return state
+    theirs = groups([(k, tuple(v.shape)) for k, v in state.items()])
+    ours = groups([(k, tuple(v.shape)) for k, v in want.items()])
+
+    def by_kind(gs: list[Group]) -> dict[str, list[Group]]:
+        out: dict[str, list[Group]] = {}
+        for g in gs:
+            out.setdefault("linear" if g.kind == "linear" else "norm", []).append(g)
+        return out
+
+    t, o = by_kind(theirs), by_kind(ours)
+    if {k: len(v) for k, v in t.items()} != {k: len(v) for k, v in o.items()}:
+        return state
+    renamed: dict[str, torch.Tensor] = {}
+    for kind, mine in o.items():
+        for g_t, g_o in zip(t[kind], mine, strict=True):
+            if g_t.shapes != g_o.shapes:
+                return state
+            for leaf in g_o.shapes:
+                renamed[f"{g_o.prefix}.{leaf}" if g_o.prefix else leaf] = state[
+                    f"{g_t.prefix}.{leaf}" if g_t.prefix else leaf]
+    return renamed
 
 
-def _cause(state: dict[str, torch.Tensor], model: nn.Module) -> str:
-    """What differs between the file and the spec, in the user's terms (empty when unclear)."""
-    mats = [v for v in state.values() if getattr(v, "ndim", 0) == 2]
-    ours = [v for v in model.state_dict().values() if getattr(v, "ndim", 0) == 2]
-    if not mats or not ours:
-        return ""
-    file_w = [int(mats[0].shape[1])] + [int(m.shape[0]) for m in mats]
-    spec_w = [int(ours[0].shape[1])] + [int(m.shape[0]) for m in ours]
+def _cause(reading: Layers, state: dict[str, torch.Tensor], model: nn.Module) -> str:
+    """What differs between the file and the spec, in the user's terms, in one line."""
+    ours = read_layers([(k, tuple(v.shape)) for k, v in model.state_dict().items()])
+    file_w, spec_w = reading.widths, ours.widths
+    if not isinstance(model, MLP) or not file_w or not spec_w:
+        theirs = [(k, tuple(v.shape)) for k, v in state.items()][:3]
+        return f"its tensors (e.g. {theirs}) do not fit the spec's layers"
     said = f"the file's layer widths are {file_w}, the spec builds {spec_w}"
     if file_w[:-1] == spec_w[:-1] and file_w[-1] == 2 and spec_w[-1] == 1:
         return (f"{said}: the file's model has 2 outputs, and a binary task means one output (one "
                 "logit) to leakmeter; for a model with one output per class set victim.data.task: "
-                "multiclass (2 classes) ")
+                "multiclass (2 classes)")
     if file_w[-1] != spec_w[-1]:
         return (f"{said}: the last layer's width is the task's output count (multiclass: one per class; "
-                "binary and regression: 1); check victim.data.task and classes ")
+                "binary and regression: 1); check victim.data.task and classes")
     if file_w[0] != spec_w[0]:
-        return f"{said}: the first width is the data's input dimension; check victim.data "
-    return f"{said}: set victim.model.spec.hidden to {file_w[1:-1]} "
+        return f"{said}: the first width is the data's input dimension; check victim.data"
+    if file_w != spec_w:
+        return f"{said}: set victim.model.spec.hidden to {file_w[1:-1]}"
+    if reading.norm != ours.norm:
+        names = {"batch": "BatchNorm1d layers (running_mean keys)", "layer": "LayerNorm layers",
+                 "none": "no norm layers"}
+        return (f"the widths match ({file_w}); the file has {names[reading.norm]} and the spec has "
+                f"{names[ours.norm]}: set victim.model.spec.norm: {reading.norm}")
+    if reading.biases != ours.biases:
+        flags = ", ".join("true" if b else "false" for b in reading.biases or [])
+        return f"the widths match ({file_w}); the biases differ: set victim.model.spec.bias: [{flags}]"
+    missing = sorted(set(model.state_dict()) - set(state))[:3]
+    return f"the widths match ({file_w}) but the tensors' names differ (the spec expects e.g. {missing})"
 
 
 def read_tensors(path: Path, fmt: str, mmap: bool = False) -> dict[str, torch.Tensor]:
@@ -249,52 +283,3 @@ def _read_tensors(path: Path, fmt: str, mmap: bool) -> dict[str, torch.Tensor]:
         raise BadInput(f"victim.model.path: {path} holds a {type(state).__name__}, not a state_dict "
                        "of tensors")
     return state
-
-
-class OnnxModel(nn.Module):
-    """An ONNX graph answered by onnxruntime, as a torch module for the forward pass only.
-
-    A zero-size parameter carries the graph's input dtype, so the victim keeps the file's
-    precision (float64 graphs are queried in float64)."""
-
-    predictions_only = True
-
-    def __init__(self, path: Path, input_shape: tuple[int, ...], n_outputs: int | None = None):
-        super().__init__()
-        import numpy as np
-        import onnxruntime as ort
-
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = 1
-        opts.inter_op_num_threads = 1
-        try:
-            self._session = ort.InferenceSession(str(path), sess_options=opts,
-                                                 providers=["CPUExecutionProvider"])
-        except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own error types
-            raise BadInput(f"victim.model.path: {path} is not a loadable ONNX model "
-                           f"({type(exc).__name__})") from None
-        inputs = self._session.get_inputs()
-        if len(inputs) != 1:
-            raise BadInput(f"victim.model.path: {path} has {len(inputs)} inputs; leakmeter queries "
-                           "models with one input (a batch of rows)")
-        kinds = {"tensor(double)": (np.float64, torch.float64), "tensor(float)": (np.float32, torch.float32)}
-        if inputs[0].type not in kinds:
-            raise BadInput(f"victim.model.path: {path} takes {inputs[0].type}; allowed: "
-                           "tensor(float), tensor(double)")
-        width = (self._session.get_outputs()[0].shape or [None])[-1]
-        if n_outputs is not None and isinstance(width, int) and width != n_outputs:
-            two = (" (a model with 2 outputs for 2 classes is victim.data.task: multiclass; binary "
-                   "means one output, a logit)" if width == 2 and n_outputs == 1 else "")
-            raise BadInput(f"victim.data.task: {path} answers {width} outputs per row, the task needs "
-                           f"{n_outputs}{two}")
-        self._input = inputs[0].name
-        self._np_dtype, dtype = kinds[inputs[0].type]
-        rank = len(inputs[0].shape or [])
-        self._shape = (-1, *input_shape) if rank == 1 + len(input_shape) else (-1, int(np.prod(input_shape)))
-        self.precision = nn.Parameter(torch.zeros(0, dtype=dtype), requires_grad=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        n = len(x)
-        arr = x.detach().cpu().numpy().astype(self._np_dtype, copy=False).reshape(self._shape)
-        out = self._session.run(None, {self._input: arr})[0]
-        return torch.as_tensor(out).reshape(n, -1).to(x.device)

@@ -69,6 +69,7 @@ class Cryptanalytic(Attack):
     needs = frozenset({"prediction", "gradient", "smoothgrad", "whitebox"})
     paper = "Carlini et al. 2020 Sec. 4"
     summary = "exact layer-by-layer extraction of deep ReLU networks (critical points, signatures, signs)"
+    assumes = frozenset({"relu_network"})
     Params = CryptanalyticParams
 
     def skip_reason(self, info):

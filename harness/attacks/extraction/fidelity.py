@@ -75,6 +75,12 @@ def judge_fidelity(m: dict[str, float], what: str = "model") -> tuple[str | None
     if agree is not None:
         levels.append(label_level(agree, m.get("kappa")))
     lvl = max(levels, key=("low", "medium", "high").index)
+    r2 = m.get("output_r2")
+    if err is not None and r2 is not None and r2 < 0:  # worse than a constant on the outputs
+        if lvl == "low":
+            return "low", f"the extracted {what} does not reproduce the victim ({how}, {q} queries)"
+        return "medium", (f"the extracted {what} matches the victim's labels but not its outputs "
+                          f"({how}, {q} queries): a copy of its labels, not of the model")
     if lvl == "high":
         return "high", f"a working copy of the victim was extracted ({how}) in {q} queries"
     if lvl == "medium":

@@ -46,6 +46,7 @@ class FiniteDifferenceExact(Attack):
     needs = frozenset({"prediction", "gradient", "smoothgrad", "whitebox"})
     paper = "000 App. C (Alg. 1-MQ), Alg. 1b"
     summary = "exact one-hidden-layer ReLU extraction from predictions (finite differences)"
+    assumes = frozenset({"relu_network"})
     Params = FiniteDifferenceParams
 
     def skip_reason(self, info):

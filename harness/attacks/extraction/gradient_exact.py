@@ -59,6 +59,7 @@ class GradientExact(Attack):
     needs = frozenset({"gradient", "whitebox"})
     paper = "000 Alg. 1, 1a, 1b, App. B"
     summary = "exact one-hidden-layer ReLU extraction from input gradients (line search)"
+    assumes = frozenset({"relu_network"})
     Params = GradientExactParams
 
     def skip_reason(self, info):

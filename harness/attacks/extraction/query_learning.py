@@ -121,6 +121,7 @@ class QueryLearning(Attack):
     needs = frozenset({"prediction", "gradient", "smoothgrad", "whitebox"})
     paper = "001 Alg. 1-4"
     summary = "one-hidden-layer ReLU with biases from value queries (neurons on a Gaussian line + regression)"
+    assumes = frozenset({"relu_network"})
     Params = QueryLearningParams
 
     def skip_reason(self, info):

@@ -136,6 +136,7 @@ class SpanNonAdaptive(Attack):
     needs = frozenset({"prediction", "gradient", "smoothgrad", "whitebox"})
     paper = "003 Sec. 3.1, Alg. 1"
     summary = "span of the first layer from gradients at Gaussian points"
+    assumes = frozenset({"network"})
     Params = SpanParams
 
     def skip_reason(self, info):
@@ -230,7 +231,9 @@ class SpanNonAdaptive(Attack):
             art.reason = (f"{kinked} of {samples} points carried a direction of their own: the "
                           "answers are noisier than measured, the subspace is unreliable")
         elif r == 0:
-            art.stopped_by, art.reason = "assumption", self._why_no_rank(art, noise)
+            network = getattr(oracle.info, "declared", {}).get("network")
+            art.stopped_by, art.reason = "assumption", self._why_no_rank(
+                art, noise, network, oracle.info.output == "probabilities")
         elif r >= d and not (self._full_rank_shown(s, d - 1, floor_of(len(rows))) if fd
                              else self._explanations_exact(oracle, ctx)):
             art.stopped_by = "precision"
@@ -259,15 +262,24 @@ class SpanNonAdaptive(Attack):
         return art
 
     @staticmethod
-    def _why_no_rank(art: Artifact, noise) -> str:
+    def _why_no_rank(art: Artifact, noise, network: bool | None = None, probs: bool = False) -> str:
         """Why no direction was read, from what was measured (never a guess)."""
         zero = art.metrics.get("zero_gradients", 0.0)
         if noise is not None and noise.rounding:
             return (f"no gradient direction stood out: the answers are rounded to {noise.rounding:g}, "
                     f"and {zero:.0%} of the finite differences read exactly zero")
-        if zero >= 1.0:
+        if zero >= 1.0 and network and probs:
+            return ("every gradient read was exactly zero: the probabilities are flat at the sampled "
+                    "points (saturated at 0 or 1 in the answers' precision, or a dead network)")
+        if zero >= 1.0 and network:
             return ("every gradient read was exactly zero: no path through the network is active at "
                     "the sampled points (a dead network)")
+        if zero >= 1.0 and network is False:
+            return ("every gradient read was exactly zero: the model's outputs are flat at the sampled "
+                    "points (a piecewise-constant model such as a tree ensemble)")
+        if zero >= 1.0:
+            return ("every gradient read was exactly zero: the model's outputs are flat at the sampled "
+                    "points (a dead network, or a piecewise-constant model such as a tree ensemble)")
         return (f"no gradient direction stood above the answers' noise ({zero:.0%} of gradients "
                 "exactly zero)")
 

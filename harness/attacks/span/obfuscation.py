@@ -102,6 +102,7 @@ class Obfuscation(Attack):
     needs = frozenset({"prediction", "gradient", "smoothgrad", "whitebox"})
     paper = "003 Sec. 5, Fig. 3"
     summary = "noise orthogonal to the recovered span: unrecognisable inputs, unchanged predictions"
+    assumes = frozenset({"network"})
     Params = ObfuscationParams
 
     def skip_reason(self, info):

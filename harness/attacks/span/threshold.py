@@ -348,6 +348,7 @@ class SpanThreshold(Attack):
     needs = frozenset({"prediction"})
     paper = "003 Sec. 4.1, Alg. 2"
     summary = "adaptive span recovery of the first layer through 0/1 (label-only) outputs"
+    assumes = frozenset({"network"})
     Params = ThresholdParams
 
     def skip_reason(self, info):

@@ -1,0 +1,37 @@
+"""The model zoo's quick part (benchmarks/model_zoo.py --quick, issue 30 item 8): a scikit-learn
+pipeline exported with skl2onnx and a torch BatchNorm + Dropout state_dict, each through `init
+--no-ask` (unedited) and `run`, beside a plain scikit-learn thief and a plain loss-threshold test."""
+
+import sys
+
+import pytest
+from conftest import REPO
+
+pytest.importorskip("skl2onnx")
+
+
+@pytest.fixture(scope="module")
+def rows():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import model_zoo
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    return {r["model"]: r for r in model_zoo.main(["--quick"])}
+
+
+def test_every_quick_family_is_initialised_and_decided(rows):
+    assert set(rows) == {"sk-logreg-scaled", "torch-bn-dropout"}
+    for name, r in rows.items():
+        assert r["init"] == "ok" and r["exit"] in (0, 1), (name, r)
+        # the right output, the right layers: the surrogate learns the model (a label output read
+        # as a logit, or a BatchNorm net refused, gave 67% or no run at all)
+        assert r["surrogate"] >= 0.9 and r["thief"] >= 0.9, (name, r)
+        # leakmeter's loss attack and the plain one read the same model's losses
+        assert abs(r["mia_leakmeter"] - r["mia_plain"]) < 0.1, (name, r)
+
+
+@pytest.mark.xfail(strict=False, reason="the surrogate standardises its own copy (issue 30 item 3, "
+                   "attacker side) on another branch; remove this marker once it is merged")
+def test_no_false_pass_or_false_fail(rows):
+    assert all(r["call"] in ("ok", "stronger") for r in rows.values()), rows
