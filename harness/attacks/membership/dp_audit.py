@@ -165,28 +165,42 @@ class DpAudit(Attack):
         return score.detach().double().cpu().numpy(), guess_grid(m), notes
 
     def judge(self, m, artifact):
+        claimed, acc = m.get("epsilon_claimed"), m.get("epsilon_accountant")
+        delta = m.get("audit_delta", DEFAULT_DELTA)
+        if claimed is not None and acc is not None and acc > claimed * (1 + 1e-6):
+            shown = (f"; the audits show ε ≥ {m['epsilon_lower']:.3g} at 95%" if "epsilon_lower" in m else "")
+            return "high", (f"DP claim violated: the recipe's own accountant gives ε = {acc:.3g} "
+                            f"(δ = {delta:g}) > claimed ε = {claimed:.3g}, no audit needed{shown}")
         if "epsilon_lower" not in m:
             return None, "audit outcomes made; no truth to score them (not verified)"
-        lo, perfect, delta = m["epsilon_lower"], m["epsilon_perfect"], m["audit_delta"]
-        checks = []
-        if "epsilon_claimed" in m:
-            checks.append(("claimed", m["epsilon_claimed"], lo))
+        lo, perfect = m["epsilon_lower"], m["epsilon_perfect"]
+        checks = []  # (what, its ε, the bound that tests it, what a perfect attack could show)
+        if claimed is not None:
+            checks.append(("claimed", claimed, lo, perfect))
         else:
-            if "epsilon_accounted" in m and "epsilon_lower_threshold" in m:
-                checks.append(("accounted", m["epsilon_accounted"], m["epsilon_lower_threshold"]))
-            if "epsilon_accounted_canary_run" in m and "epsilon_lower_one_run" in m:
-                checks.append(("accounted (canary run)", m["epsilon_accounted_canary_run"],
-                               m["epsilon_lower_one_run"]))
+            for part, key in (("threshold", "epsilon_accounted"),
+                              ("one_run", "epsilon_accounted_canary_run"),
+                              ("whitebox", "epsilon_accounted_whitebox_run"),
+                              ("blackbox", "epsilon_accounted_blackbox_run")):
+                if key in m and f"epsilon_lower_{part}" in m:
+                    what = "accounted" if part == "threshold" else f"accounted ({part} runs)"
+                    checks.append((what, m[key], m[f"epsilon_lower_{part}"],
+                                   m.get(f"epsilon_perfect_{part}", perfect)))
         if not checks:  # no privacy claimed: the deployed model's own members decide
             return judge_deployment(m)
-        facts = f"ε ≥ {lo:.3g} at 95% (δ = {delta:g}; a perfect attack could show ε ≥ {perfect:.3g})"
-        for kind, eps, shown in checks:
+        how = {"clopper-pearson": "", "gdp": ", Gaussian trade-off (GDP)",
+               "fdp": ", Gaussian trade-off (f-DP)"}[artifact.data.get("analysis", "clopper-pearson")]
+        facts = (f"ε ≥ {lo:.3g} at 95%{how} (δ = {delta:g}; a perfect attack could show "
+                 f"ε ≥ {perfect:.3g})")
+        for kind, eps, shown, _ in checks:
             if shown > eps:
                 return "high", f"DP claim violated: {facts} > {kind} ε = {eps:.3g}"
-        kind, eps, _ = checks[0]
-        if perfect <= eps:  # no outcome of this audit could have shown a violation
-            return "low", (f"little membership leakage shown, {facts}; the {kind} ε = {eps:.3g} "
-                           "itself is untested: too few samples (raise canaries or max_members)")
+        if all(p <= eps for _, eps, _, p in checks):  # no outcome could have shown a violation
+            kind, eps, _, _ = checks[0]
+            return None, (f"the {kind} ε = {eps:.3g} is untested: {facts}; no outcome of these "
+                          "audits could have exceeded it (raise canaries, whitebox canaries, "
+                          "blackbox_runs or max_members, or use analysis: gdp)")
+        kind, eps, _, _ = checks[0]
         return "low", f"the {kind} ε = {eps:.3g} stands: {facts}"
 
 
