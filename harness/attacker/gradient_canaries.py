@@ -94,14 +94,26 @@ class GradientCanaries:
         return np.stack(self.rows) if self.rows else np.zeros((0, len(self.coords)))
 
 
-def canary_scores(obs: np.ndarray, q: float, sigma: float, view: str = "updates") -> np.ndarray:
-    """A score per canary from its observations: `updates` — the log likelihood ratio of
-    "sampled at rate q, contributing 1" against "absent", Σ_t log(1 − q + q·e^{(y_t − ½)/σ²});
-    `final` — the summed displacement Σ_t y_t (what the final model shows of the canary)."""
+def canary_scores(obs: np.ndarray, q: float, sigma: float, per_epoch: int,
+                  view: str = "updates") -> dict[str, np.ndarray]:
+    """Score sets per canary from its observations (z_t = (y_t − ½)/σ², the log likelihood ratio
+    of one step that holds the canary against one that does not):
+    `updates` — `poisson`: Σ_t log(1 − q + q·e^{z_t}), the recipe as declared (sampled at rate
+    q), and `epoch`: Σ_epochs log(mean_{t ∈ epoch} e^{z_t}), a recipe that shows every example
+    once per epoch (shuffling) — both fixed before any coin is read, so auditing both is honest;
+    `final` — `final`: the summed displacement Σ_t y_t (what the final model shows of the canary)."""
     if view == "final":
-        return obs.sum(axis=0)
+        return {"final": obs.sum(axis=0)}
     s2 = max(float(sigma), 1e-6) ** 2
-    return np.logaddexp(np.log1p(-min(q, 1 - 1e-12)), np.log(q) + (obs - 0.5) / s2).sum(axis=0)
+    z = (obs - 0.5) / s2
+    poisson = np.logaddexp(np.log1p(-min(q, 1 - 1e-12)), np.log(q) + z).sum(axis=0)
+    k = max(1, per_epoch)
+    t = (len(z) // k) * k
+    if t == 0:
+        return {"poisson": poisson}
+    zz = z[:t].reshape(t // k, k, -1)
+    epoch = (np.logaddexp.reduce(zz, axis=1) - np.log(k)).sum(axis=0)
+    return {"poisson": poisson, "epoch": epoch}
 
 
 def whitebox_runs(provider, m: int, runs: int, seed: int) -> tuple[list[dict], list[str]]:
@@ -136,7 +148,8 @@ def whitebox_runs(provider, m: int, runs: int, seed: int) -> tuple[list[dict], l
         stage(f"white-box canary run {r + 1}/{runs} ({m} gradient canaries)")
         rec = train(model, x, y, info.task, recipe.training, recipe.dp, int(secret.integers(1 << 30)),
                     bar=None, dp_tap=tap)
-        out.append({"obs": tap.observations(), "q": tap.q, "sigma": tap.sigma_told})
+        out.append({"obs": tap.observations(), "q": tap.q, "sigma": tap.sigma_told,
+                    "per_epoch": tap.per_epoch})
         coins.append(inc)
     if provider.truth is None:
         provider.truth = MembershipTruth(np.zeros(0, bool), provider.victim.truth)

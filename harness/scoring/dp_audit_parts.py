@@ -40,36 +40,61 @@ def n_parts(art, truth) -> int:
 
 
 def _trial(art, truth, key: str):
-    scores = art.data.get(f"{key}_scores")
+    """({name: scores}, coins) of one audit, or None when it did not run."""
+    sets = art.data.get(f"{key}_scores")
     coins = getattr(truth, f"{key}_in", None)
-    if scores is None or coins is None:
+    if sets is None or coins is None:
         return None
-    return np.asarray(scores, dtype=np.float64), np.asarray(coins, dtype=bool)[: len(scores)]
+    sets = sets if isinstance(sets, dict) else {"score": sets}
+    sets = {k: np.asarray(v, dtype=np.float64) for k, v in sets.items()}
+    n = len(next(iter(sets.values())))
+    return sets, np.asarray(coins, dtype=bool)[:n]
 
 
 def score_parts(art, truth, delta: float, a: float, analysis: str) -> tuple[dict[str, float], float, float]:
     """Metrics of the white-box and black-box audits, each at level `a`; (metrics, best ε, best
-    perfect)."""
+    perfect). The bounds that decide are Clopper–Pearson's; with `analysis: gdp | fdp` the
+    Gaussian-curve figure of the same guesses is reported beside them (`epsilon_gdp_*`)."""
     out: dict[str, float] = {}
     lower = perfect = 0.0
     for key in ("whitebox", "blackbox"):
         got = _trial(art, truth, key)
         if got is None:
             continue
-        s, inc = got
-        if key == "whitebox" and analysis == "fdp":  # the same guesses, the one-run f-DP test
-            e, p = one_run_fdp(s, inc, art.data.get("whitebox_guess_grid") or [], delta, a)
-        else:
-            e, p, mu = iid_audit(s[inc], s[~inc], threshold_grid(s, 64), delta, a, analysis)
-            if analysis != "clopper-pearson":
+        sets, inc = got
+        b = a / len(sets)  # Bonferroni over the score sets (fixed before any coin is read)
+        e = p = est = mu = 0.0
+        for name, s in sets.items():
+            e_s, p_s, _ = iid_audit(s[inc], s[~inc], threshold_grid(s, 64), delta, b, "clopper-pearson")
+            if e_s >= e:
+                e, best = e_s, name
+            p = max(p, p_s)
+            if analysis == "fdp" and key == "whitebox":  # the same guesses, the one-run f-DP test
+                est = max(est, one_run_fdp(s, inc, art.data.get("whitebox_guess_grid") or [], delta, b)[0])
+            elif analysis != "clopper-pearson":
+                g, _, mu_s = iid_audit(s[inc], s[~inc], threshold_grid(s, 64), delta, b, "gdp")
+                est, mu = max(est, g), max(mu, mu_s)
+        if analysis != "clopper-pearson":
+            out[f"epsilon_{analysis}_{key}"] = est
+            if analysis == "gdp":
                 out[f"mu_lower_{key}"] = mu
         out[f"epsilon_lower_{key}"], out[f"epsilon_perfect_{key}"] = e, p
+        out[f"{key}_score_sets"] = float(len(sets))
+        art.notes.append(f"{key} audit: best score set '{best}' of {sorted(sets)}")
         out[f"{key}_trials_in"], out[f"{key}_trials_out"] = float(inc.sum()), float((~inc).sum())
         acc = accountant_epsilon(getattr(truth, f"{key}_dp", None), delta)
         if acc is not None:
             out[f"epsilon_accounted_{key}_run"] = acc
         lower, perfect = max(lower, e), max(perfect, p)
     return out, lower, perfect
+
+
+def one_run_estimate(art, s, inc, grid, delta: float, a: float, bound: float) -> dict[str, float]:
+    """With `analysis: fdp | gdp`, the one-run canaries' Gaussian-curve figure (Mahloujifar et al.)."""
+    analysis = art.data.get("analysis", "clopper-pearson")
+    if analysis == "clopper-pearson":
+        return {}
+    return {f"epsilon_{analysis}_one_run": one_run_fdp(s, inc, grid, delta, a)[0]}
 
 
 def one_run_fdp(s, inc, grid, delta: float, a: float) -> tuple[float, float]:

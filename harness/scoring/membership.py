@@ -160,8 +160,7 @@ def score_dp_audit(art, truth, info) -> dict[str, float]:
         inc = np.asarray(canary_in, dtype=bool)[: len(cs)]
         grid = [tuple(g) for g in art.data["guess_grid"]]
         one = one_run_audit(cs, inc, grid, delta, a)
-        if art.data.get("analysis", "clopper-pearson") != "clopper-pearson":  # Mahloujifar et al. 2025
-            one.epsilon_lower, one.perfect = dp_audit_parts.one_run_fdp(cs, inc, grid, delta, a)
+        out.update(dp_audit_parts.one_run_estimate(art, cs, inc, grid, delta, a, one.epsilon_lower))
         out.update(epsilon_lower_one_run=one.epsilon_lower, epsilon_perfect_one_run=one.perfect,
                    canaries=float(one.canaries), one_run_guesses=float(one.guesses),
                    one_run_correct=float(one.correct))
