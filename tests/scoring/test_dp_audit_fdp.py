@@ -49,7 +49,8 @@ def _fdp_independent(m, r, v, delta, alpha):
         lo, hi = 1e-4, 1e3  # σ of the (ε, δ) Gaussian mechanism by bisection on δ(ε)
         for _ in range(70):
             mid = math.sqrt(lo * hi)
-            d = stats.norm.cdf(-eps * mid + 0.5 / mid) - math.exp(eps) * stats.norm.cdf(-eps * mid - 0.5 / mid)
+            d = (stats.norm.cdf(-eps * mid + 0.5 / mid)
+                 - math.exp(eps) * stats.norm.cdf(-eps * mid - 0.5 / mid))
             lo, hi = (mid, hi) if d > delta else (lo, mid)
         sigma = hi
         right, wrong = alpha * v / m, alpha * (r - v) / m
