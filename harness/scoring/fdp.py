@@ -50,10 +50,12 @@ def gdp_epsilon(mu: float, delta: float) -> float:
 
 
 def gdp_mu_lower(fpr_hi: float, fnr_hi: float) -> float:
-    """μ that an (FPR_hi, FNR_hi) pair rules out (either direction of the test), ≥ 0."""
+    """μ that an (FPR_hi, FNR_hi) pair rules out, ≥ 0 (the Gaussian curve is symmetric, so the
+    pair's other inequality gives the same μ). Only upper bounds enter: a test worse than chance
+    shows nothing here (reversing it would need *lower* bounds on its rates)."""
     if not (0 < fpr_hi < 1 and 0 < fnr_hi < 1):
         return 0.0
-    return max(0.0, abs(float(_norm.isf(fpr_hi) - _norm.ppf(fnr_hi))))
+    return max(0.0, float(_norm.isf(fpr_hi) - _norm.ppf(fnr_hi)))
 
 
 @functools.lru_cache(maxsize=1024)
