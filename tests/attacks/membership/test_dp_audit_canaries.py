@@ -105,3 +105,15 @@ def test_bug_recipes_are_caught_and_the_correct_one_is_not(tmp_path, fault):
     good = _run(tmp_path / "good", dp)
     g = good["metrics"]
     assert good["risk"] != "high" and g["epsilon_lower_whitebox"] <= g["epsilon_accounted_whitebox_run"]
+
+
+@pytest.mark.slow
+def test_blackbox_runs_show_the_target_without_noise_and_report_their_accountant(tmp_path):
+    # σ → 0: runs that hold the target move further down its descent direction than runs without
+    # it (the base batches' sampling still varies the runs), so the bound is well above 0
+    a = _run(tmp_path, {"noise_multiplier": 1e-3, "max_grad_norm": 1.0},
+             {**FAST, "whitebox": False, "blackbox_runs": 32})
+    m = a["metrics"]
+    assert m["runs"] == 33 and m["blackbox_trials_in"] + m["blackbox_trials_out"] == 32
+    assert 0 < m["epsilon_lower_blackbox"] <= m["epsilon_perfect_blackbox"]
+    assert m["epsilon_accounted_blackbox_run"] > 1e3  # σ = 0.001: no privacy to speak of
