@@ -118,9 +118,8 @@ def canary_scores(obs: np.ndarray, q: float, sigma: float, per_epoch: int,
 
 def whitebox_runs(provider, m: int, runs: int, seed: int) -> tuple[list[dict], list[str]]:
     """Train the victim's recipe `runs` times on its training split with m gradient canaries each
-    (the truth side: coins into `provider.truth.whitebox_in`, the runs' accounting into
-    `whitebox_dp`); returns per run what the auditor observes (obs, q, σ told) and notes."""
-    from harness.attacker.membership import MembershipTruth
+    (the truth side); returns (per run what the auditor observes: obs, q, σ told; notes; the
+    coins of all runs; a run's DPRecord) — the caller keeps the last two with the truth."""
     from harness.errors import AttackFailed
     from harness.progress import stage
     from victims.models.training import train
@@ -151,11 +150,7 @@ def whitebox_runs(provider, m: int, runs: int, seed: int) -> tuple[list[dict], l
         out.append({"obs": tap.observations(), "q": tap.q, "sigma": tap.sigma_told,
                     "per_epoch": tap.per_epoch})
         coins.append(inc)
-    if provider.truth is None:
-        provider.truth = MembershipTruth(np.zeros(0, bool), provider.victim.truth)
-    provider.truth.whitebox_in = np.concatenate(coins)
-    provider.truth.whitebox_dp = rec.dp
     notes = [f"white-box audit: {runs} run(s) × {m} Dirac gradient canaries (coordinates of "
              f"{n_params} parameters), each in the run by a secret coin; {len(out[0]['obs'])} steps "
              f"observed per run (sample rate {out[0]['q']:.4g}, σ told {out[0]['sigma']:.4g})"]
-    return out, notes
+    return out, notes, np.concatenate(coins), rec.dp

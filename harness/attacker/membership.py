@@ -224,13 +224,23 @@ class MembershipKnowledge:
         """White-box gradient canaries in the recipe's DP-SGD (harness/attacker/gradient_canaries.py)."""
         from harness.attacker.gradient_canaries import whitebox_runs
 
-        return whitebox_runs(self, m, runs, seed)
+        obs, notes, coins, rec = whitebox_runs(self, m, runs, seed)
+        self._keep_truth(whitebox_in=coins, whitebox_dp=rec)
+        return obs, notes
 
     def blackbox_run(self, runs: int, seed: int):
         """Black-box worst-case-initialisation runs (harness/attacker/worst_case_init.py)."""
         from harness.attacker.worst_case_init import blackbox_runs
 
-        return blackbox_runs(self, runs, seed)
+        scores, notes, coins, rec = blackbox_runs(self, runs, seed)
+        self._keep_truth(blackbox_in=coins, blackbox_dp=rec)
+        return scores, notes
+
+    def _keep_truth(self, **secret) -> None:
+        if self.truth is None:
+            self.truth = MembershipTruth(np.zeros(0, bool), self.victim.truth)
+        for k, v in secret.items():
+            setattr(self.truth, k, v)
 
 
 class MembershipAccess:

@@ -62,9 +62,9 @@ def _runs_dp(model, theta0, x, y, present, recipe, seed: int) -> dict:
 
 
 def blackbox_runs(provider, runs: int, seed: int) -> tuple[np.ndarray, list[str]]:
-    """Scores of `runs` final models (truth side: coins into `provider.truth.blackbox_in`)."""
+    """(scores of `runs` final models, notes, their coins, the runs' DPRecord) — the truth side:
+    the caller keeps the last two with the truth."""
     from defenses.dp_sgd import DPRecord
-    from harness.attacker.membership import MembershipTruth
     from harness.errors import AttackFailed
     from harness.progress import stage
 
@@ -122,13 +122,10 @@ def blackbox_runs(provider, runs: int, seed: int) -> tuple[np.ndarray, list[str]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         eps = float(acc.get_epsilon(delta=recipe.dp.delta))
-    if provider.truth is None:
-        provider.truth = MembershipTruth(np.zeros(0, bool), provider.victim.truth)
-    provider.truth.blackbox_in = coins
-    provider.truth.blackbox_dp = DPRecord(eps, recipe.dp.delta, recipe.dp.accountant, out["sigma"],
-                                          out["q"], out["steps"], recipe.dp.max_grad_norm)
+    rec = DPRecord(eps, recipe.dp.delta, recipe.dp.accountant, out["sigma"], out["q"], out["steps"],
+                   recipe.dp.max_grad_norm)
     notes = [f"black-box audit: {runs} final models, DP-SGD (σ = {out['sigma']:.4g}, q = {out['q']:.4g}, "
              f"{out['steps']} steps) from the base data's non-private fit; target a held-out point "
              "with a wrong label; score: the final model's displacement along the target's descent direction "
              "at the start (final weights only)"]
-    return torch.cat(scores).double().cpu().numpy(), notes
+    return torch.cat(scores).double().cpu().numpy(), notes, coins, rec
