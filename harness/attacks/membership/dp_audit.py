@@ -15,17 +15,28 @@ Two audits, each at α = 2.5% so that their maximum, `epsilon_lower`, holds at 9
    on the known base data (offline LiRA), the attacker guesses "in" for the k₊ highest and "out"
    for the k₋ lowest over a small grid (Bonferroni), and the binomial bound turns correct guesses
    into ε.
+3. White-box gradient canaries (Nasr et al. 2023, Sec. 4) for victims leakmeter trains with DP-SGD:
+   Dirac canaries in the recipe's own Opacus steps, each in the run by a secret coin
+   (harness/attacker/gradient_canaries.py); scored per canary from every privatised step (or
+   the final displacement); independent trials, so Clopper–Pearson is exact for them.
+4. Black-box with a worst-case initialisation (Annamalai & De Cristofaro 2024, Sec. 4;
+   `blackbox_runs`): N stacked DP-SGD runs from the base data's non-private fit, a mislabeled
+   target in each by a secret coin, scored from the final weights (harness/attacker/
+   worst_case_init.py).
+`analysis: gdp | fdp` adds the Gaussian-curve estimates of the same guesses (harness/scoring/
+fdp.py; Mahloujifar et al. 2025 for one-run guesses); they never decide.
 Beside `epsilon_lower` the report gives δ (`audit_delta`: the claim's, else the DP spec's, else
 1e-5), `epsilon_perfect` (what an attack that is never wrong would have shown with as many
 samples: ε_lower ≪ ε_perfect reads "private", a small ε_perfect reads "too few samples to tell"),
 the accountant's ε and the claimed one.
 
 Risk levels, where privacy is claimed (`victim.claimed_privacy`) or the victim trains with DP:
-high — `epsilon_lower` exceeds the claimed ε, else the accountant's (the canary run's own for the
-one-run audit): "DP claim violated"; low — the claim stands, and the reason says whether the
-audit could have caught a violation at all (ε_perfect vs the claim). Where nothing is claimed,
-the audit judges the deployment it is given: the deployed model's own members and non-members on
-the membership family's scale (`judge_membership`, the same judge as mia_*), with the ε bounds
+high — the recipe's own accountant exceeds the claimed ε (no audit needed), or `epsilon_lower`
+exceeds the claimed ε, else an audit's bound exceeds the accountant's ε of the runs it audited:
+"DP claim violated"; low — the claim stands and some audit could have shown a violation;
+incomplete — no audit that ran could have exceeded the ε under test (ε_perfect ≤ it).
+Where nothing is claimed, the audit judges the deployment it is given: the deployed model's own
+members and non-members on the membership family's scale (`judge_membership`, the same judge as mia_*), with the ε bounds
 beside it; the one-run audit retrains the *recipe* with canaries, so it is reported as the
 recipe's and decides nothing there.
 """
@@ -82,8 +93,9 @@ class DpAudit(Attack):
     name = "dp_audit"
     family = "membership"
     needs = frozenset({"prediction", "gradient", "smoothgrad", "whitebox"})
-    paper = "Jagielski et al. 2020; Nasr et al. 2021; Steinke et al. 2023"
-    summary = "ε lower bound (95%) from membership outcomes and a one-run canary audit"
+    paper = ("Jagielski et al. 2020; Nasr et al. 2021, 2023; Steinke et al. 2023; "
+             "Annamalai & De Cristofaro 2024; Mahloujifar et al. 2025")
+    summary = "ε lower bound (95%): membership outcomes, one-run, gradient and worst-case-init canaries"
     Params = AuditParams
 
     def skip_reason(self, info):
