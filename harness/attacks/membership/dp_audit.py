@@ -36,9 +36,9 @@ exceeds the claimed ε, else an audit's bound exceeds the accountant's ε of the
 "DP claim violated"; low — the claim stands and some audit could have shown a violation;
 incomplete — no audit that ran could have exceeded the ε under test (ε_perfect ≤ it).
 Where nothing is claimed, the audit judges the deployment it is given: the deployed model's own
-members and non-members on the membership family's scale (`judge_membership`, the same judge as mia_*), with the ε bounds
-beside it; the one-run audit retrains the *recipe* with canaries, so it is reported as the
-recipe's and decides nothing there.
+members and non-members on the membership family's scale (`judge_membership`, the same judge
+as mia_*), with the ε bounds beside it; the one-run audit retrains the *recipe* with canaries, so
+it is reported as the recipe's and decides nothing there.
 """
 
 from __future__ import annotations
