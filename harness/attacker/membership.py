@@ -219,7 +219,6 @@ class MembershipKnowledge:
                          [f"one-run audit: {m} mislabeled canaries, {int(inc.sum())} included "
                           f"(secret coins), trained on {len(xt)} points"])
 
-
     def whitebox_run(self, m: int, runs: int, seed: int):
         """White-box gradient canaries in the recipe's DP-SGD (harness/attacker/gradient_canaries.py)."""
         from harness.attacker.gradient_canaries import whitebox_runs

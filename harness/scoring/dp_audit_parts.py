@@ -89,7 +89,7 @@ def score_parts(art, truth, delta: float, a: float, analysis: str) -> tuple[dict
     return out, lower, perfect
 
 
-def one_run_estimate(art, s, inc, grid, delta: float, a: float, bound: float) -> dict[str, float]:
+def one_run_estimate(art, s, inc, grid, delta: float, a: float) -> dict[str, float]:
     """With `analysis: fdp | gdp`, the one-run canaries' Gaussian-curve figure (Mahloujifar et al.)."""
     analysis = art.data.get("analysis", "clopper-pearson")
     if analysis == "clopper-pearson":

@@ -160,7 +160,7 @@ def score_dp_audit(art, truth, info) -> dict[str, float]:
         inc = np.asarray(canary_in, dtype=bool)[: len(cs)]
         grid = [tuple(g) for g in art.data["guess_grid"]]
         one = one_run_audit(cs, inc, grid, delta, a)
-        out.update(dp_audit_parts.one_run_estimate(art, cs, inc, grid, delta, a, one.epsilon_lower))
+        out.update(dp_audit_parts.one_run_estimate(art, cs, inc, grid, delta, a))
         out.update(epsilon_lower_one_run=one.epsilon_lower, epsilon_perfect_one_run=one.perfect,
                    canaries=float(one.canaries), one_run_guesses=float(one.guesses),
                    one_run_correct=float(one.correct))
