@@ -93,8 +93,8 @@ class DpAudit(Attack):
     name = "dp_audit"
     family = "membership"
     needs = frozenset({"prediction", "gradient", "smoothgrad", "whitebox"})
-    paper = ("Jagielski et al. 2020; Nasr et al. 2021, 2023; Steinke et al. 2023; "
-             "Annamalai & De Cristofaro 2024; Mahloujifar et al. 2025")
+    paper = ("Jagielski et al. 2020; Nasr et al. 2021; Steinke et al. 2023; Nasr et al. 2023; "
+             "Mahloujifar et al. 2025")  # and Annamalai & De Cristofaro 2024 (docs/papers.md)
     summary = "ε lower bound (95%): membership outcomes, one-run, gradient and worst-case-init canaries"
     Params = AuditParams
 
