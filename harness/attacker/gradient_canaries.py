@@ -1,5 +1,5 @@
 """White-box gradient canaries (Nasr, Hayes, Steinke, Balle, Tramèr, Jagielski, Carlini, Terzis,
-USENIX Security 2023, Sec. 4: Dirac canaries) in the recipe's own Opacus DP-SGD steps.
+USENIX Security 2023: Dirac canaries) in the recipe's own Opacus DP-SGD steps.
 
 Canary j is the gradient `magnitude`·C·e_{c_j}: zero except one parameter coordinate c_j (the
 coordinates are drawn from the attacker's seed, distinct, so the canaries are orthogonal). When

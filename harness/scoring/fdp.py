@@ -1,12 +1,12 @@
 """f-DP and Gaussian-DP analysis of audit outcomes, as pure functions.
 
 A trade-off curve f bounds how well any test tells D from D′: FNR ≥ f(FPR). μ-GDP is the
-Gaussian curve f_μ(a) = Φ(Φ⁻¹(1 − a) − μ) (Dong, Roth, Su 2022, Def. 2.3); DP-SGD's curve tends to
-it (their CLT, Thm. 5), and an (ε, δ) pair of a Gaussian mechanism is μ ↔ ε through
+Gaussian curve f_μ(a) = Φ(Φ⁻¹(1 − a) − μ) (Dong, Roth, Su 2022); DP-SGD's curve tends to
+it (their central limit theorem), and an (ε, δ) pair of a Gaussian mechanism is μ ↔ ε through
 δ(ε) = Φ(−ε/μ + μ/2) − e^ε·Φ(−ε/μ − μ/2) (their Cor. 2.13).
 
 - `gdp_mu_lower(fpr_hi, fnr_hi)`: from upper confidence bounds on a test's FPR and FNR (iid trials,
-  Clopper–Pearson), μ ≥ Φ⁻¹(1 − FPR_hi) − Φ⁻¹(FNR_hi) (Nasr et al. 2023, Sec. 5): no Gaussian
+  Clopper–Pearson), μ ≥ Φ⁻¹(1 − FPR_hi) − Φ⁻¹(FNR_hi) (Dong, Roth, Su 2022, Eq. 6; Nasr et al. 2023): no Gaussian
   curve with a smaller μ lets that test exist. `gdp_epsilon(μ, δ)` converts μ to ε at δ.
   Unlike the (ε, δ) inequalities, the bound is not capped near log(trials): a test far from
   perfect already fixes μ.

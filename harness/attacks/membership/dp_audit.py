@@ -15,11 +15,11 @@ Two audits, each at α = 2.5% so that their maximum, `epsilon_lower`, holds at 9
    on the known base data (offline LiRA), the attacker guesses "in" for the k₊ highest and "out"
    for the k₋ lowest over a small grid (Bonferroni), and the binomial bound turns correct guesses
    into ε.
-3. White-box gradient canaries (Nasr et al. 2023, Sec. 4) for victims leakmeter trains with DP-SGD:
+3. White-box gradient canaries (Nasr et al. 2023, Dirac canaries) for victims leakmeter trains with DP-SGD:
    Dirac canaries in the recipe's own Opacus steps, each in the run by a secret coin
    (harness/attacker/gradient_canaries.py); scored per canary from every privatised step (or
    the final displacement); independent trials, so Clopper–Pearson is exact for them.
-4. Black-box with a worst-case initialisation (Annamalai & De Cristofaro 2024, Sec. 4;
+4. Black-box with a worst-case initialisation (Annamalai & De Cristofaro 2024;
    `blackbox_runs`): N stacked DP-SGD runs from the base data's non-private fit, a mislabeled
    target in each by a secret coin, scored from the final weights (harness/attacker/
    worst_case_init.py).
