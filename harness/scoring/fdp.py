@@ -7,7 +7,8 @@ it (their central limit theorem), and an (ε, δ) pair of a Gaussian mechanism i
 
 - `gdp_mu_lower(fpr_hi, fnr_hi)`: from upper confidence bounds on a test's FPR and FNR (iid
   trials, Clopper–Pearson), μ ≥ Φ⁻¹(1 − FPR_hi) − Φ⁻¹(FNR_hi) (Dong, Roth, Su 2022, Eq. 6; Nasr
-  et al. 2023): no Gaussian curve with a smaller μ lets that test exist. `gdp_epsilon(μ, δ)` converts μ to ε at δ.
+  et al. 2023): no Gaussian curve with a smaller μ lets that test exist. `gdp_epsilon(μ, δ)`
+  converts μ to ε at δ.
   Unlike the (ε, δ) inequalities, the bound is not capped near log(trials): a test far from
   perfect already fixes μ.
 - `one_run_fdp_epsilon(m, r, v, δ, α)`: the one-run audit (m canaries, r guesses, v right)
