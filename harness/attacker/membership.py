@@ -41,6 +41,10 @@ class MembershipTruth:
     base: Any = None  # the deployed victim's Truth (its DP accounting)
     canary_in: np.ndarray | None = None  # (m,) bool, one-run audit only
     canary_dp: Any = None  # DPRecord of the canary run (None without DP-SGD)
+    whitebox_in: np.ndarray | None = None  # gradient canaries' coins (white-box audit), all runs
+    whitebox_dp: Any = None  # DPRecord of a white-box canary run
+    blackbox_in: np.ndarray | None = None  # one coin per black-box run (target in or out)
+    blackbox_dp: Any = None  # DPRecord of a black-box run
 
 
 @dataclass
@@ -215,13 +219,35 @@ class MembershipKnowledge:
                          [f"one-run audit: {m} mislabeled canaries, {int(inc.sum())} included "
                           f"(secret coins), trained on {len(xt)} points"])
 
+    def whitebox_run(self, m: int, runs: int, seed: int):
+        """White-box gradient canaries in the recipe's DP-SGD (harness/attacker/gradient_canaries.py)."""
+        from harness.attacker.gradient_canaries import whitebox_runs
+
+        obs, notes, coins, rec = whitebox_runs(self, m, runs, seed)
+        self._keep_truth(whitebox_in=coins, whitebox_dp=rec)
+        return obs, notes
+
+    def blackbox_run(self, runs: int, seed: int):
+        """Black-box worst-case-initialisation runs (harness/attacker/worst_case_init.py)."""
+        from harness.attacker.worst_case_init import blackbox_runs
+
+        scores, notes, coins, rec = blackbox_runs(self, runs, seed)
+        self._keep_truth(blackbox_in=coins, blackbox_dp=rec)
+        return scores, notes
+
+    def _keep_truth(self, **secret) -> None:
+        if self.truth is None:
+            self.truth = MembershipTruth(np.zeros(0, bool), self.victim.truth)
+        for k, v in secret.items():
+            setattr(self.truth, k, v)
+
 
 class MembershipAccess:
     """The narrow handle a membership attack gets (RunContext.knowledge): public questions and
     requests, nothing of the victim, its oracle or the truth."""
 
     __slots__ = ("kind", "available", "trained_here", "recipe", "eval_set", "shared",
-                 "canary_run", "seed", "executor")
+                 "canary_run", "seed", "executor", "whitebox_run", "blackbox_run")
 
     def __init__(self, provider: MembershipKnowledge):
         self.kind = "membership"
@@ -232,4 +258,6 @@ class MembershipAccess:
         self.eval_set = provider.eval_set
         self.shared = provider.shared
         self.canary_run = provider.canary_run
+        self.whitebox_run = provider.whitebox_run
+        self.blackbox_run = provider.blackbox_run
         self.executor = provider.executor

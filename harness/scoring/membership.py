@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from scipy import stats
 
-from harness.scoring import scorer
+from harness.scoring import dp_audit_parts, scorer
 from harness.scoring.audit import (
     clopper_pearson,
     game_epsilon,
@@ -143,7 +143,7 @@ def score_dp_audit(art, truth, info) -> dict[str, float]:
     mem = _is_member(art, truth) if "scores" in art.data else None
     canary_in = getattr(truth, "canary_in", None)
     use_canaries = canary_in is not None and art.data.get("canary_scores") is not None
-    n_parts = int(mem is not None) + int(use_canaries)
+    n_parts = int(mem is not None) + int(use_canaries) + dp_audit_parts.n_parts(art, truth)
     if n_parts == 0:
         return {}
     a = alpha / n_parts
@@ -174,6 +174,7 @@ def score_dp_audit(art, truth, info) -> dict[str, float]:
         inc = np.asarray(canary_in, dtype=bool)[: len(cs)]
         grid = [tuple(g) for g in art.data["guess_grid"]]
         one = one_run_audit(cs, inc, grid, delta, a)
+        out.update(dp_audit_parts.one_run_estimate(art, cs, inc, grid, delta, a))
         out.update(epsilon_lower_one_run=one.epsilon_lower, epsilon_perfect_one_run=one.perfect,
                    canaries=float(one.canaries), one_run_guesses=float(one.guesses),
                    one_run_correct=float(one.correct))
@@ -182,8 +183,17 @@ def score_dp_audit(art, truth, info) -> dict[str, float]:
         if cdp is not None:
             out["epsilon_accounted_canary_run"] = float(cdp.epsilon)
         parts += 1
-    out.update(epsilon_lower=lower, epsilon_perfect=perfect, audit_confidence=1 - alpha)
+    analysis = art.data.get("analysis", "clopper-pearson")
+    extra, e_x, p_x = dp_audit_parts.score_parts(art, truth, delta, a, analysis)  # white/black box
+    out.update(extra)
+    lower, perfect, parts = max(lower, e_x), max(perfect, p_x), parts + dp_audit_parts.n_parts(art, truth)
+    out.update(epsilon_lower=lower, epsilon_perfect=perfect, audit_confidence=1 - alpha, runs=float(
+        art.data.get("runs", 1)))
     eps, _ = _accounted(truth)
+    rec = getattr(getattr(truth, "base", None), "train_record", None)
+    acc = dp_audit_parts.accountant_epsilon(getattr(rec, "dp", None), delta)  # at the audit's δ
+    if acc is not None:
+        out["epsilon_accountant"] = acc
     if eps is not None:
         out["epsilon_accounted"] = float(eps)
     if "epsilon_claimed" in art.metrics and not math.isnan(art.metrics["epsilon_claimed"]):

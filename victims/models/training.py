@@ -58,13 +58,15 @@ def l2_penalty(model: nn.Module, wd: float) -> torch.Tensor | float:
 
 
 def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: str, spec: Any,
-          dp_spec: Any | None, seed: int, bar: str | None = "training victim") -> TrainRecord:
+          dp_spec: Any | None, seed: int, bar: str | None = "training victim",
+          dp_tap: Any = None) -> TrainRecord:
     """Train `model` in place on (x, y); returns the record. `bar`: the progress bar's label, or
-    None for none (the attacker's reference and shadow models: their attack says it trains them)."""
+    None for none (the attacker's reference and shadow models: their attack says it trains them).
+    `dp_tap`: a DP audit's hook on the private optimizer (defenses/dp_sgd.py), DP-SGD only."""
     crit = loss_fn(task)
     hide = bar is None or progress_disabled()
     if dp_spec is not None:
-        return _train_dp(model, x, y, crit, spec, dp_spec, seed, bar, hide)
+        return _train_dp(model, x, y, crit, spec, dp_spec, seed, bar, hide, dp_tap)
     if spec.optimizer == "lbfgs":
         return _train_lbfgs(model, x, y, crit, spec)
     opt = _optimizer(model, spec)
@@ -163,7 +165,7 @@ def _train_lbfgs(model, x, y, crit, spec) -> TrainRecord:
                        notes=[f"L-BFGS stopped with gradient norm {gnorm:.3e}"])
 
 
-def _train_dp(model, x, y, crit, spec, dp_spec, seed, bar, hide) -> TrainRecord:
+def _train_dp(model, x, y, crit, spec, dp_spec, seed, bar, hide, tap=None) -> TrainRecord:
     """DP-SGD via Opacus with Poisson sampling; expected batch = batch_size (or all of x)."""
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -173,7 +175,7 @@ def _train_dp(model, x, y, crit, spec, dp_spec, seed, bar, hide) -> TrainRecord:
     epochs = spec.epochs if spec.steps is None else max(1, round(spec.steps * bs / len(x)))
     priv = PrivateTraining(dp_spec, epochs)
     opt = _optimizer(model, spec, weight_decay=spec.weight_decay)
-    pmodel, popt, ploader = priv.wrap(model, opt, loader, crit)
+    pmodel, popt, ploader = priv.wrap(model, opt, loader, crit, tap=tap)
     pmodel.train()
     rec = TrainRecord()
     for _ in tqdm(range(epochs), desc=f"{bar} (DP-SGD)", disable=hide, leave=False):

@@ -15,19 +15,30 @@ Two audits, each at α = 2.5% so that their maximum, `epsilon_lower`, holds at 9
    on the known base data (offline LiRA), the attacker guesses "in" for the k₊ highest and "out"
    for the k₋ lowest over a small grid (Bonferroni), and the binomial bound turns correct guesses
    into ε.
+3. White-box gradient canaries (Nasr et al. 2023, Dirac canaries) for victims leakmeter trains with DP-SGD:
+   Dirac canaries in the recipe's own Opacus steps, each in the run by a secret coin
+   (harness/attacker/gradient_canaries.py); scored per canary from every privatised step (or
+   the final displacement); independent trials, so Clopper–Pearson is exact for them.
+4. Black-box with a worst-case initialisation (Annamalai & De Cristofaro 2024;
+   `blackbox_runs`): N stacked DP-SGD runs from the base data's non-private fit, a mislabeled
+   target in each by a secret coin, scored from the final weights (harness/attacker/
+   worst_case_init.py).
+`analysis: gdp | fdp` adds the Gaussian-curve estimates of the same guesses (harness/scoring/
+fdp.py; Mahloujifar et al. 2025 for one-run guesses); they never decide.
 Beside `epsilon_lower` the report gives δ (`audit_delta`: the claim's, else the DP spec's, else
 1e-5), `epsilon_perfect` (what an attack that is never wrong would have shown with as many
 samples: ε_lower ≪ ε_perfect reads "private", a small ε_perfect reads "too few samples to tell"),
 the accountant's ε and the claimed one.
 
 Risk levels, where privacy is claimed (`victim.claimed_privacy`) or the victim trains with DP:
-high — `epsilon_lower` exceeds the claimed ε, else the accountant's (the canary run's own for the
-one-run audit): "DP claim violated"; low — the claim stands, and the reason says whether the
-audit could have caught a violation at all (ε_perfect vs the claim). Where nothing is claimed,
-the audit judges the deployment it is given: the deployed model's own members and non-members on
-the membership family's scale (`judge_membership`, the same judge as mia_*), with the ε bounds
-beside it; the one-run audit retrains the *recipe* with canaries, so it is reported as the
-recipe's and decides nothing there.
+high — the recipe's own accountant exceeds the claimed ε (no audit needed), or `epsilon_lower`
+exceeds the claimed ε, else an audit's bound exceeds the accountant's ε of the runs it audited:
+"DP claim violated"; low — the claim stands and some audit could have shown a violation;
+incomplete — no audit that ran could have exceeded the ε under test (ε_perfect ≤ it).
+Where nothing is claimed, the audit judges the deployment it is given: the deployed model's own
+members and non-members on the membership family's scale (`judge_membership`, the same judge
+as mia_*), with the ε bounds beside it; the one-run audit retrains the *recipe* with canaries, so
+it is reported as the recipe's and decides nothing there.
 """
 
 from __future__ import annotations
@@ -59,6 +70,12 @@ class AuditParams(Params):
     one_run: bool = True  # the one-run canary audit (only for victims leakmeter trains)
     canaries: int = 256  # its canaries
     canary_references: int = 8  # reference models on the base data that calibrate canary scores
+    whitebox: bool = True  # gradient canaries in the recipe's DP-SGD (victims leakmeter trains with DP)
+    whitebox_runs: int = 1  # training runs of the white-box audit (its canaries add up)
+    gradient_canaries: int = 2000  # Dirac canaries per white-box run (at most one per parameter)
+    whitebox_view: Literal["updates", "final"] = "updates"  # every privatised step, or the final model
+    blackbox_runs: int = 0  # final-model runs from a worst-case initialisation (0 = off)
+    analysis: Literal["clopper-pearson", "fdp", "gdp"] = "clopper-pearson"  # guesses → ε
     max_members: int | None = None
     delta: float | None = None  # None: the claim's δ, else the DP spec's, else 1e-5
     slow_recipes: bool = False
@@ -76,8 +93,9 @@ class DpAudit(Attack):
     name = "dp_audit"
     family = "membership"
     needs = frozenset({"prediction", "gradient", "smoothgrad", "whitebox"})
-    paper = "Jagielski et al. 2020; Nasr et al. 2021; Steinke et al. 2023"
-    summary = "ε lower bound (95%) from membership outcomes and a one-run canary audit"
+    paper = ("Jagielski et al. 2020; Nasr et al. 2021; Steinke et al. 2023; Nasr et al. 2023; "
+             "Mahloujifar et al. 2025")  # and Annamalai & De Cristofaro 2024 (docs/papers.md)
+    summary = "ε lower bound (95%): membership outcomes, one-run, gradient and worst-case-init canaries"
     Params = AuditParams
 
     def skip_reason(self, info):
@@ -90,7 +108,7 @@ class DpAudit(Attack):
         delta = params.delta if params.delta is not None else (
             claim.delta if claim is not None else dp.delta if dp is not None else DEFAULT_DELTA)
         notes: list[str] = []
-        data: dict = {"delta": delta, "alpha": 0.05, "outdir": ctx.outdir,
+        data: dict = {"delta": delta, "alpha": 0.05, "outdir": ctx.outdir, "analysis": params.analysis,
                       "title": f"dp_audit: {params.attacks[0]} on the evaluation set"}
         names = list(dict.fromkeys(params.attacks))
         runs = {name: self._scores(oracle, name, params, ctx) for name in names}
@@ -114,6 +132,21 @@ class DpAudit(Attack):
                 notes.append(f"one-run audit not done: {exc}")
         elif params.one_run:
             notes.append("one-run audit skipped: the victim is not trained by leakmeter")
+        runs_done = 1 + int("canary_scores" in data)
+        for what, wanted in (("whitebox", params.whitebox), ("blackbox", params.blackbox_runs > 0)):
+            if not wanted:
+                continue
+            if not (kn.trained_here and dp is not None):
+                notes.append(f"{what} audit skipped: it retrains the recipe's DP-SGD (victims leakmeter "
+                             "trains with defenses.dp_sgd)")
+                continue
+            try:
+                runs_done += self._whitebox(kn, params, ctx, data, notes) if what == "whitebox" else \
+                    self._blackbox(kn, params, ctx, data, notes)
+            except AttackStopped as exc:
+                cut = cut or exc
+                notes.append(f"{what} audit not done: {exc}")
+        data["runs"] = runs_done
         if claim is None:
             metrics.pop("epsilon_claimed")
         art = Artifact("dp_audit", data=data, metrics=metrics, notes=notes)
@@ -121,7 +154,7 @@ class DpAudit(Attack):
         if partial is not None:
             art.reason, art.stopped_by = partial.reason, partial.stopped_by
         elif cut is not None:
-            art.reason, art.stopped_by = f"one-run audit not done: {cut}", cut.stopped_by
+            art.reason, art.stopped_by = f"an audit not done: {cut}", cut.stopped_by
         return art
 
     @staticmethod
@@ -134,6 +167,30 @@ class DpAudit(Attack):
         elif name == "mia_rmia":
             kw.update(references=params.shadows, slow_recipes=params.slow_recipes)
         return sub().run(oracle, sub.Params(**kw), ctx)
+
+    @staticmethod
+    def _whitebox(kn, params: AuditParams, ctx, data: dict, notes: list[str]) -> int:
+        """Gradient canaries (harness/attacker/gradient_canaries.py), scored per canary."""
+        from harness.attacker.gradient_canaries import canary_scores
+
+        got, wnotes = kn.whitebox_run(params.gradient_canaries, params.whitebox_runs, ctx.seed + 36)
+        sets = [canary_scores(r["obs"], r["q"], r["sigma"], r["per_epoch"], params.whitebox_view)
+                for r in got]
+        scores = {k: np.concatenate([s[k] for s in sets]) for k in sets[0]}
+        m = len(next(iter(scores.values())))
+        data.update(whitebox_scores=scores, whitebox_guess_grid=guess_grid(m))
+        how = ("the likelihood ratio over every step" if params.whitebox_view == "updates"
+               else "the final displacement")
+        notes += [*wnotes, f"white-box scores: {how} of each canary's coordinate"]
+        return len(got)
+
+    @staticmethod
+    def _blackbox(kn, params: AuditParams, ctx, data: dict, notes: list[str]) -> int:
+        """Final models from a worst-case initialisation (harness/attacker/worst_case_init.py)."""
+        scores, bnotes = kn.blackbox_run(params.blackbox_runs, ctx.seed + 37)
+        data.update(blackbox_scores=np.asarray(scores, dtype=np.float64))
+        notes += bnotes
+        return len(scores)
 
     def _one_run(self, oracle, kn, params: AuditParams, ctx):
         """Canary scores from one training run (Steinke et al. Alg. 1) and the guess grid."""
@@ -165,28 +222,44 @@ class DpAudit(Attack):
         return score.detach().double().cpu().numpy(), guess_grid(m), notes
 
     def judge(self, m, artifact):
+        claimed, acc = m.get("epsilon_claimed"), m.get("epsilon_accountant")
+        delta = m.get("audit_delta", DEFAULT_DELTA)
+        if claimed is not None and acc is not None and acc > claimed * (1 + 1e-6):
+            shown = (f"; the audits show ε ≥ {m['epsilon_lower']:.3g} at 95%" if "epsilon_lower" in m else "")
+            return "high", (f"DP claim violated: the recipe's own accountant gives ε = {acc:.3g} "
+                            f"(δ = {delta:g}) > claimed ε = {claimed:.3g}, no audit needed{shown}")
         if "epsilon_lower" not in m:
             return None, "audit outcomes made; no truth to score them (not verified)"
-        lo, perfect, delta = m["epsilon_lower"], m["epsilon_perfect"], m["audit_delta"]
-        checks = []
-        if "epsilon_claimed" in m:
-            checks.append(("claimed", m["epsilon_claimed"], lo))
+        lo, perfect = m["epsilon_lower"], m["epsilon_perfect"]
+        checks = []  # (what, its ε, the bound that tests it, what a perfect attack could show)
+        if claimed is not None:
+            checks.append(("claimed", claimed, lo, perfect))
         else:
-            if "epsilon_accounted" in m and "epsilon_lower_threshold" in m:
-                checks.append(("accounted", m["epsilon_accounted"], m["epsilon_lower_threshold"]))
-            if "epsilon_accounted_canary_run" in m and "epsilon_lower_one_run" in m:
-                checks.append(("accounted (canary run)", m["epsilon_accounted_canary_run"],
-                               m["epsilon_lower_one_run"]))
+            for part, key in (("threshold", "epsilon_accounted"),
+                              ("one_run", "epsilon_accounted_canary_run"),
+                              ("whitebox", "epsilon_accounted_whitebox_run"),
+                              ("blackbox", "epsilon_accounted_blackbox_run")):
+                if key in m and f"epsilon_lower_{part}" in m:
+                    what = "accounted" if part == "threshold" else f"accounted ({part} runs)"
+                    checks.append((what, m[key], m[f"epsilon_lower_{part}"],
+                                   m.get(f"epsilon_perfect_{part}", perfect)))
         if not checks:  # no privacy claimed: the deployed model's own members decide
             return judge_deployment(m)
         facts = f"ε ≥ {lo:.3g} at 95% (δ = {delta:g}; a perfect attack could show ε ≥ {perfect:.3g})"
-        for kind, eps, shown in checks:
+        est = {k: v for k, v in m.items() if k.startswith(("epsilon_gdp_", "epsilon_fdp_"))}
+        if est:  # Gaussian-curve figures: estimates, never the evidence of a violation
+            k = max(est, key=est.get)
+            facts += (f"; {k.split('_')[1].upper()} estimate ε ≈ {est[k]:.3g} ({k.split('_', 2)[2]}; "
+                      "assumes a Gaussian trade-off curve, which DP-SGD's accountant does not promise)")
+        for kind, eps, shown, _ in checks:
             if shown > eps:
                 return "high", f"DP claim violated: {facts} > {kind} ε = {eps:.3g}"
-        kind, eps, _ = checks[0]
-        if perfect <= eps:  # no outcome of this audit could have shown a violation
-            return "low", (f"little membership leakage shown, {facts}; the {kind} ε = {eps:.3g} "
-                           "itself is untested: too few samples (raise canaries or max_members)")
+        if all(p <= eps for _, eps, _, p in checks):  # no outcome could have shown a violation
+            kind, eps, _, _ = checks[0]
+            return None, (f"the {kind} ε = {eps:.3g} is untested: {facts}; no outcome of these "
+                          "audits could have exceeded it (raise canaries, whitebox canaries, "
+                          "blackbox_runs or max_members)")
+        kind, eps, _, _ = checks[0]
         return "low", f"the {kind} ε = {eps:.3g} stands: {facts}"
 
 

@@ -161,7 +161,10 @@ def test_dp_victim_epsilon_lower_never_exceeds_epsilon(tmp_path, eps):
     m = rep["attacks"][0]["metrics"]
     assert m["epsilon_lower"] <= eps and m["epsilon_accounted"] == pytest.approx(eps, rel=0.05)
     assert m["epsilon_lower_one_run"] <= m["epsilon_accounted_canary_run"]
-    assert rep["attacks"][0]["risk"] in ("low", "medium") and m["audit_delta"] == 1e-5
+    assert m["epsilon_lower_whitebox"] <= m["epsilon_accounted_whitebox_run"]
+    # no audit of this size could have shown ε > 8: not "low", incomplete, and the reason says so
+    assert m["epsilon_perfect"] < eps and m["audit_delta"] == 1e-5
+    assert rep["attacks"][0]["status"] == "incomplete" and "untested" in rep["attacks"][0]["reason"]
 
 
 @pytest.mark.slow
@@ -178,7 +181,7 @@ def test_dp_victims_full_audit_never_over_claims(tmp_path, eps, seed):
     rep = run_scenario(s, out=tmp_path)
     m = rep["attacks"][0]["metrics"]
     assert m["epsilon_lower"] <= eps, m
-    assert rep["verdict"] == "pass"
+    assert rep["verdict"] != "fail" and rep["attacks"][0]["risk"] != "high"  # incomplete where untestable
 
 
 def test_reconn_and_informed_mia_run_under_minibatch_dp_sgd(tmp_path):
