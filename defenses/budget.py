@@ -88,6 +88,18 @@ class Quotas:
             return False
         return own is None or own.remaining is None or self.rows.remaining < own.remaining
 
+    def refund(self, n: int, who: str = "-") -> None:
+        """Take back n rows charged to `who` that were never answered: refused by the endpoint
+        (429, 401/403, a revoked key) or never sent (the tail of a batch after a failure)."""
+        own = self.of(who)
+        with self._lock:
+            for ledger in (own, self.rows):
+                if ledger is None:
+                    continue
+                n_back = min(n, ledger.by_attack.get(who, 0))
+                ledger.used -= n_back
+                ledger.by_attack[who] = ledger.by_attack.get(who, 0) - n_back
+
     def delivered(self, n: int, who: str = "-") -> None:
         """Record n rows answered to `who` (their answers reached the attacker)."""
         with self._lock:

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from harness.scenario.endpoint_keys import check_headers, check_protocol_keys
+from harness.scenario.endpoint_keys import PATH, AuthSpec, check_headers, check_protocol_keys
 from harness.scenario.limits import (
     KNOWN_CLASSES,
     MAX_COUNT,
@@ -133,6 +133,16 @@ class EndpointSpec(Strict):
     retries: int = Field(default=3, ge=0, le=20)
     backoff_s: float = Field(default=0.5, ge=0, le=60)
     verify_tls: bool = True
+    # docs/endpoints.md "Production scans": TLS (ca_bundle, mTLS), credentials, readiness, refusals
+    ca_bundle: str | None = Field(default=None, pattern=PATH)
+    client_cert: str | None = Field(default=None, pattern=PATH)
+    client_key: str | None = Field(default=None, pattern=PATH)
+    trust_env: bool = False  # true: ~/.netrc and proxy credentials from the environment too
+    auth: AuthSpec | None = None
+    probe_auth_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+    ready_timeout_s: float = Field(default=0.0, ge=0, le=3600)
+    refusal_statuses: list[Annotated[int, Field(ge=400, le=599)]] = Field(
+        default_factory=lambda: [401, 403], max_length=20)
     input_dim: int | None = Field(default=None, ge=1, le=MAX_WIDTH)
     n_outputs: int | None = Field(default=None, ge=1, le=100_000)
     request_template: dict[str, Any] | None = None
@@ -170,7 +180,9 @@ class EndpointSpec(Strict):
         from urllib.parse import urlsplit
 
         p = urlsplit(self.url)
-        if self.auth_env and (p.username is not None or p.password is not None):
+        if self.auth is not None and self.auth.type == "bearer" and not self.auth_env:
+            self.auth_env = self.auth.token_env  # auth_env is the bearer token's variable
+        if (self.auth_env or self.auth) and (p.username is not None or p.password is not None):
             raise ValueError("the url carries user:password@ credentials and auth_env names a token; "
                              "give one of them (URL credentials would replace the token)")
         if template_has(self.request_template, "$auth") and not self.auth_env:

@@ -83,6 +83,29 @@ def read_token(spec: Any) -> str | None:
     return token.strip()
 
 
+def read_var(key: str, name: str) -> str:
+    """The value of the variable `name` that the key `victim.endpoint.KEY` names, registered with
+    the scrubber; BadInput for a variable a scenario may not send (auth_env's rule) or one unset."""
+    if not name.startswith(AUTH_PREFIX) and name not in _chosen:
+        raise BadInput(f"victim.endpoint.{key}: {name} is not a variable a scenario may send: a scenario "
+                       f"names only variables starting with {AUTH_PREFIX}; or choose it yourself with "
+                       f"--auth-env {name}")
+    value = os.environ.get(name, "")
+    SECRETS.add(value)
+    if not value.strip():
+        raise BadInput(f"victim.endpoint.{key}: the environment variable {name} is not set or empty")
+    SECRETS.add(value.strip())
+    return value.strip()
+
+
+def check_files(spec: Any) -> None:
+    """BadInput naming the key when a TLS file (ca_bundle, client_cert, client_key) is missing."""
+    for key in ("ca_bundle", "client_cert", "client_key"):
+        path = getattr(spec, key, None)
+        if path and not os.path.isfile(os.path.expanduser(path)):
+            raise BadInput(f"victim.endpoint.{key}: {path!r} is not a readable file")
+
+
 def read_headers(spec: Any) -> dict[str, str]:
     """The `headers` map's values, read from the environment variables it names (the same rule as
     auth_env: LEAKMETER_* or a variable chosen with --auth-env); registered with the scrubber.
@@ -152,6 +175,7 @@ def build_remote_victim(s: Any) -> Victim:
         raise BadInput(f"victim.endpoint.request_template: the {s.interface.kind} interface needs a "
                        '"$explain" placeholder in the template')
     device = resolve_device(s.device)
+    check_files(ep)
     token = read_token(ep)
     pub = _public_shape(s)
     task = pub["task"]
@@ -166,7 +190,7 @@ def build_remote_victim(s: Any) -> Victim:
                        f"of the endpoint ({need} row(s)); nothing was sent")
     backend = RemoteBackend(ep, dim=pub["dim"], task=task or "multiclass",
                             n_classes=pub["n_classes"] or 0, n_outputs=n_out or 0, token=token,
-                            budget=ep.max_rows, headers=read_headers(ep))
+                            budget=ep.max_rows, headers=read_headers(ep), read_var=read_var)
     from victims.http.discover import startup
 
     found = startup(backend, s, pub, token)
@@ -186,7 +210,9 @@ def build_remote_victim(s: Any) -> Victim:
     )
     record: dict[str, Any] = {
         "endpoint": {"url": where, "protocol": ep.protocol, "max_batch": ep.max_batch,
-                     "verify_tls": ep.verify_tls, "auth": bool(token), "headers": sorted(ep.headers or {}),
+                     "verify_tls": ep.verify_tls, "auth": bool(backend.auth or token),
+                     "auth_type": ep.auth.type if ep.auth else ("bearer" if token else None),
+                     "probe_auth": bool(backend.probe_auth), "headers": sorted(ep.headers or {}),
                      **found, "stats": backend.stats.__dict__},
         "notes": [f"remote endpoint {where}: defenses are applied by the endpoint, not by leakmeter"],
         "device": str(device), "dtype": "float64",
