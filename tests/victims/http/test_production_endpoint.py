@@ -317,3 +317,52 @@ def test_a_run_whose_key_is_revoked_mid_scan_is_inconclusive_never_error(tmp_pat
     assert a["status"] == "incomplete" and a["stopped_by"] == "endpoint", (a["status"], a["reason"])
     assert report["verdict"] == "inconclusive"
     assert report["queries_sent_total"] == srv.rows_answered  # the rows the server answered
+
+
+# ------------------------------------------------------------------ scan --baseline last-pass
+
+
+def _scan_file(tmp_path, url: str, budget: int) -> str:
+    import yaml
+
+    f = tmp_path / f"scan-{budget}.yaml"
+    f.write_text(yaml.safe_dump({
+        "name": "scan-prod", "seed": 0, "device": "cpu",
+        "victim": {"endpoint": {"url": url, "input_dim": D, "n_outputs": C, "max_batch": 64}},
+        "interface": {"kind": "prediction", "output": "probabilities"},
+        "attacker": {"input_domain": [-1, 1]}, "defenses": {"query_budget": budget},
+        "attacks": [{"name": "surrogate"}], "tracking": {"experiment": "prod"}}))
+    return str(f)
+
+
+@pytest.mark.slow  # ~60 s: two scans with MLflow tracking
+def test_scan_last_pass_exits_1_on_a_failing_verdict_from_the_first_night(tmp_path):
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with Server() as srv:
+        f = _scan_file(tmp_path, srv.url, 400)
+        args = ["scan", f, "--tracking-uri", uri, "--baseline", "last-pass", "--out", str(tmp_path / "o")]
+        res = CliRunner().invoke(main, args)
+        assert "verdict: fail" in res.output.lower() or "FAIL" in res.output, res.output
+        assert res.exit_code == 1, res.output  # no passing baseline, and the verdict fails
+        assert "can be the next baseline" not in res.output and "no baseline" in res.output
+        res = CliRunner().invoke(main, [*args, "--fail-on", "regression"])  # narrowed: no regression
+        assert res.exit_code == 0, res.output
+
+
+def test_an_attack_that_declines_for_its_budget_is_stopped_by_the_budget_not_the_endpoint(tmp_path):
+    with Server() as srv:
+        s = scenario_from_dict({
+            "name": "tiny", "seed": 0, "device": "cpu",
+            "victim": {"endpoint": {"url": srv.url, "input_dim": D, "n_outputs": C}},
+            "interface": {"kind": "prediction", "output": "probabilities"},
+            "attacker": {"input_domain": [-1, 1]}, "defenses": {"query_budget": 1},
+            "attacks": [{"name": "span_nonadaptive"}], "tracking": {"enabled": False}})
+        report = run_scenario(s, out=tmp_path / "o")
+    a = report["attacks"][0]
+    assert a["status"] == "incomplete" and a["stopped_by"] == "budget", (a["status"], a["stopped_by"],
+                                                                          a["reason"])
+    assert "stopped by the query budget" in a["reason"] and srv.rows_in == 1  # the start-up check only
