@@ -313,15 +313,16 @@ class RemoteBackend:
         data = json.dumps(self.protocol.body(rows, explain)).encode()
         return self._send(self.protocol.target(explain), data, len(rows), explain)
 
-    def get_json(self, url: str) -> Any:
-        """GET `url` (start-up: model metadata, status, ping) with the same retries; its JSON
-        body. Each attempt is charged as one row to the scan's cap before it is sent."""
+    def get_json(self, url: str, retry: bool = True) -> Any:
+        """GET `url` (start-up: model metadata, status, ping) with the same retries (none with
+        `retry=False`: discovery); its JSON body. Each attempt is charged as one row to the scan's
+        cap before it is sent."""
         self.bill(1)
-        return self._send(url, None, 1, None)
+        return self._send(url, None, 1, None, retry)
 
-    def _send(self, url: str, data: bytes | None, rows: int, explain: str | None) -> Any:
+    def _send(self, url: str, data: bytes | None, rows: int, explain: str | None, retry: bool = True) -> Any:
         """One request (its first try already charged), with retries charged before re-sending."""
-        attempts = self.spec.retries + 1
+        attempts = self.spec.retries + 1 if retry else 1
         last, last_kind = "", ""
         who = self.caller()
         for attempt in range(attempts):

@@ -5,6 +5,8 @@ model file when there is one, else only black-box probes of the endpoint itself)
 from __future__ import annotations
 
 import os
+import sys
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -15,7 +17,7 @@ import torch
 from defenses.budget import SCORING
 from defenses.errors import BudgetExhausted
 from victims.errors import BadInput, InterfaceError
-from victims.http.client import EndpointError, RemoteBackend
+from victims.http.client import EndpointError, EndpointFaults, RemoteBackend
 from victims.http.protocol import display_url, template_has
 from victims.http.secrets import SECRETS
 from victims.local import build_local_victim, input_domain
@@ -193,8 +195,7 @@ def build_remote_victim(s: Any) -> Victim:
                             budget=ep.max_rows, headers=read_headers(ep), read_var=read_var)
     from victims.http.discover import startup
 
-    found = startup(backend, s, pub, token)
-    probe = _probe(backend, s, pub)
+    found, probe = _when_ready(backend, lambda: (startup(backend, s, pub, token), _probe(backend, s, pub)))
     task, n_classes, n_out = probe["task"], probe["n_classes"], probe["n_outputs"]
     backend.task, backend.n_classes, backend.n_outputs = task, n_classes, n_out
     pool = pub["pool"] if pub["pool"] is not None else np.zeros((0, pub["dim"]))
@@ -233,6 +234,34 @@ def build_remote_victim(s: Any) -> Victim:
     return Victim(backend, truth, info, utility, record)
 
 
+def _when_ready(backend: RemoteBackend, check: Any, clock: Any = time.monotonic,
+                sleep: Any = time.sleep) -> Any:
+    """`check()` (the start-up requests), again every few seconds while the model is loading
+    (NotReady), for at most `ready_timeout_s`; a stage line says it waits. NotReady (exit 2)
+    after that, saying how long it waited."""
+    from victims.http.discover import NotReady
+
+    wait = float(getattr(backend.spec, "ready_timeout_s", 0) or 0)
+    until, said = clock() + wait, False
+    while True:
+        try:
+            return check()
+        except NotReady as exc:
+            left = until - clock()
+            if left <= 0:
+                tail = (f" (waited {wait:g} s: victim.endpoint.ready_timeout_s)" if wait else
+                        " (a model still loading: victim.endpoint.ready_timeout_s waits for it)")
+                raise NotReady(f"{exc}{tail}") from None
+            if not said:
+                print(f"leakmeter: the model at {backend.where} is not ready yet; waiting up to {wait:g} s "
+                      "(victim.endpoint.ready_timeout_s)", file=sys.stderr, flush=True)
+                said = True
+            sleep(min(READY_POLL_S, left))
+
+
+READY_POLL_S = 2.0
+
+
 def _probe(backend: RemoteBackend, s: Any, pub: dict[str, Any]) -> dict[str, Any]:
     """Ask the endpoint once (and once more for explanations) to check it is usable; returns
     task, n_classes, n_outputs. BadInput (exit 2) naming the endpoint when it is not."""
@@ -269,6 +298,10 @@ def _probe(backend: RemoteBackend, s: Any, pub: dict[str, Any]) -> dict[str, Any
         raise BadInput(f"victim.endpoint.max_rows: {backend.startup_budget} is too small for the start-up "
                        f"check of the endpoint {backend.where} and its retries "
                        f"({backend.unbilled} rows sent)") from None
+    except EndpointFaults as exc:  # 503s, connection refused: a model loading or a server restarting
+        from victims.http.discover import NotReady
+
+        raise NotReady(f"victim.endpoint: {backend.scrub(str(exc))}") from None
     except (EndpointError, InterfaceError) as exc:
         raise BadInput(f"victim.endpoint: {backend.scrub(str(exc))}") from None
     return {"task": task, "n_classes": n_classes, "n_outputs": n_out}

@@ -302,15 +302,16 @@ def test_oauth2_client_credentials_fetched_renewed_on_expiry_and_once_on_a_401(m
         assert victim.backend.scrub("tok-1 s3cret-xyz") == "*** ***"
 
 
+@pytest.mark.slow  # ~10 s: a whole run (the surrogate trains on what it got)
 def test_a_run_whose_key_is_revoked_mid_scan_is_inconclusive_never_error(tmp_path, monkeypatch):
     monkeypatch.setenv("LEAKMETER_T_TOKEN", "k-1")
-    with Server(lambda i, h: (400, {"type": "InvalidKeyException"}) if i >= 5 else None) as srv:
+    with Server(lambda i, h: (400, {"type": "InvalidKeyException"}) if i >= 3 else None) as srv:
         s = scenario_from_dict({
             "name": "revoked", "seed": 0, "device": "cpu",
             "victim": {"endpoint": {"url": srv.url, "auth_env": "LEAKMETER_T_TOKEN", "input_dim": D,
                                     "n_outputs": C, "max_batch": 16, "retries": 1, "backoff_s": 0.001}},
             "interface": {"kind": "prediction", "output": "probabilities"},
-            "attacker": {"input_domain": [-1, 1]}, "defenses": {"query_budget": 400},
+            "attacker": {"input_domain": [-1, 1]}, "defenses": {"query_budget": 100},
             "attacks": [{"name": "surrogate"}], "tracking": {"enabled": False}})
         report = run_scenario(s, out=tmp_path / "o")
     a = report["attacks"][0]
@@ -366,3 +367,38 @@ def test_an_attack_that_declines_for_its_budget_is_stopped_by_the_budget_not_the
     assert a["status"] == "incomplete" and a["stopped_by"] == "budget", (a["status"], a["stopped_by"],
                                                                           a["reason"])
     assert "stopped by the query budget" in a["reason"] and srv.rows_in == 1  # the start-up check only
+
+
+# ------------------------------------------------------------------ a model still loading
+
+
+def test_ready_timeout_waits_for_a_model_that_is_loading(capsys):
+    loading = {"until": 4}  # the first 4 requests meet 503 (KServe while it loads a model)
+
+    def decide(i, headers):
+        return (503, {"error": "model is loading"}) if i < loading["until"] else None
+
+    with Server(decide) as srv:
+        with pytest.raises(BadInput, match="ready_timeout_s waits for it"):
+            remote(srv.url, retries=1)  # today's default: no wait, exit 2 with the hint
+        srv.auth.clear()
+        oracle, victim = remote(srv.url, retries=1, ready_timeout_s=30)
+        assert "not ready yet; waiting up to 30 s" in capsys.readouterr().err
+        oracle.view("a").predict(torch.ones(2, D, dtype=torch.float64))
+        assert srv.rows_answered == 1 + 2
+    loading["until"] = 10**9
+    with Server(decide) as srv:  # never ready: exit 2 after the wait, saying so
+        from victims.http import endpoint
+
+        ticks = iter(range(0, 1000, 7))
+        with pytest.raises(BadInput, match=r"waited 20 s: victim.endpoint.ready_timeout_s"):
+            s = scenario_from_dict({"name": "t", "device": "cpu", "tracking": {"enabled": False},
+                                    "victim": {"endpoint": {"url": srv.url, "input_dim": D, "n_outputs": C,
+                                                            "retries": 0, "ready_timeout_s": 20}}})
+            orig = endpoint._when_ready
+            endpoint._when_ready = lambda b, check: orig(b, check, clock=lambda: next(ticks),
+                                                         sleep=lambda _s: None)
+            try:
+                build_victim(s)
+            finally:
+                endpoint._when_ready = orig
