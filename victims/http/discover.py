@@ -137,9 +137,9 @@ def _v2(backend: RemoteBackend, s: Any, pub: dict[str, Any], meta: Any, found: d
     url = proto.url.rstrip("/")
     if meta is None:
         meta = backend.get_json(url)
+    proto.as_label = s.interface.output == "label"
     try:
         found["metadata"] = proto.read_metadata(meta, pub["dim"], s.victim.endpoint)
-        proto.as_label = s.interface.output == "label"
         proto.n_cols = proto.n_cols or (pub.get("n_classes") or None) or s.victim.endpoint.n_outputs
         if s.interface.output != "label":
             if pub.get("n_classes") is not None:
