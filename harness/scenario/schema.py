@@ -246,6 +246,7 @@ class RoundingSpec(Strict):
 class DefensesSpec(Strict):
     dp_sgd: DPSpec | None = None
     query_budget: int | None = Field(default=None, ge=0, le=10**12)
+    request_budget: int | None = Field(default=None, ge=1, le=10**12)  # HTTP requests per client
     output_noise: NoiseSpec | None = None
     rounding: RoundingSpec | None = None
     explanation_noise: NoiseSpec | None = None
@@ -403,6 +404,9 @@ class Scenario(Strict):
             raise ValueError(f"victim.endpoint.request_template: the {self.interface.kind} interface needs a "
                              '"$explain" placeholder in the template (where the request asks for an '
                              "explanation)")
+        if self.defenses.request_budget is not None and ep is None:
+            raise ValueError("defenses.request_budget: counts HTTP requests, which only an endpoint "
+                             "(victim.endpoint) is sent; use query_budget for a local model")
         return self
 
     @model_validator(mode="after")

@@ -41,7 +41,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import numpy as np
 import torch
 
-from defenses.budget import SCORING, STARTUP
+from defenses.budget import SCORING, STARTUP, RequestBudget
 from defenses.errors import BudgetExhausted, RowCapReached
 from victims.errors import BadInput, InterfaceError
 from victims.http.auth import HeaderCredential, build_credential
@@ -136,7 +136,7 @@ class RemoteBackend:
     def __init__(self, spec: Any, *, dim: int, task: str, n_classes: int, n_outputs: int,
                  token: str | None = None, sleep: Callable[[float], None] = time.sleep,
                  budget: int | None = None, headers: dict[str, str] | None = None,
-                 read_var: Callable[[str, str], str] | None = None):
+                 read_var: Callable[[str, str], str] | None = None, request_budget: int | None = None):
         self.spec = spec
         self.where = display_url(spec.url)
         SECRETS.add_url(spec.url)
@@ -176,6 +176,7 @@ class RemoteBackend:
             self.probe_auth = HeaderCredential(spec.auth_header, value)
         if creds:
             self.session.auth = creds
+        self.requests = RequestBudget(request_budget)  # defenses.request_budget, per attacker
         self.unbilled = 0  # rows sent before a ledger was bound (the start-up check)
         self.billing_as: str | None = None  # caller for queries outside the oracle
 
@@ -203,9 +204,10 @@ class RemoteBackend:
         return self.billing_as or self._who() or "-"
 
     def credential(self) -> HeaderCredential | None:
-        """The credential the current caller's requests carry: the verification probes' own
-        (`probe_auth_env`) when there is one, else the scenario's."""
-        if self.probe_auth is not None and self.caller() == SCORING:
+        """The credential the current caller's requests carry: the scan's own requests (start-up
+        check, verification probes) go on `probe_auth_env`'s key when there is one, so the
+        attacker's key pays exactly the attacks' rows; everything else on the scenario's."""
+        if self.probe_auth is not None and self.caller() in (SCORING, STARTUP):
             return self.probe_auth
         return self.auth
 
@@ -327,6 +329,7 @@ class RemoteBackend:
         who = self.caller()
         for attempt in range(attempts):
             billed = not (attempt and last_kind in (REFUSED, "401"))  # refused rows were never answered
+            self.requests.charge(who, rows)  # a gateway counts requests: before each is sent
             if attempt and billed:
                 try:
                     self.bill(rows)
@@ -394,8 +397,9 @@ class RemoteBackend:
             chunk = xs[i : i + step]
             try:
                 answer = self._post(chunk.tolist(), explain)
-            except EndpointError as exc:  # the unsent tail, and refused rows, were never answered
-                back = len(xs) - i - (0 if isinstance(exc, EndpointRefused) else len(chunk))
+            except (EndpointError, BudgetExhausted) as exc:  # the unsent tail, refused rows: unanswered
+                sent = isinstance(exc, EndpointError) and not isinstance(exc, EndpointRefused)
+                back = len(xs) - i - (len(chunk) if sent else 0)
                 if back and self._refund is not None:
                     self._refund(back, self.caller())
                 raise

@@ -192,7 +192,8 @@ def build_remote_victim(s: Any) -> Victim:
                        f"of the endpoint ({need} row(s)); nothing was sent")
     backend = RemoteBackend(ep, dim=pub["dim"], task=task or "multiclass",
                             n_classes=pub["n_classes"] or 0, n_outputs=n_out or 0, token=token,
-                            budget=ep.max_rows, headers=read_headers(ep), read_var=read_var)
+                            budget=ep.max_rows, headers=read_headers(ep), read_var=read_var,
+                            request_budget=s.defenses.request_budget)
     from victims.http.discover import startup
 
     found, probe = _when_ready(backend, lambda: (startup(backend, s, pub, token), _probe(backend, s, pub)))

@@ -21,7 +21,7 @@ class EndpointStats:
     by_caller: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def caller(self, who: str) -> dict[str, int]:
-        return self.by_caller.setdefault(who, {"queries_sent": 0, "retries": 0, "faults": 0,
+        return self.by_caller.setdefault(who, {"queries_sent": 0, "requests": 0, "retries": 0, "faults": 0,
                                                "rows_resent": 0})
 
     def sent(self, who: str, rows: int, retry: bool, billed: bool = True) -> None:
@@ -29,6 +29,7 @@ class EndpointStats:
         self.rows_sent += rows
         c = self.caller(who)
         c["queries_sent"] += rows
+        c["requests"] += 1
         if retry and not billed:  # re-sent in place of rows the endpoint refused (never billed)
             self.retries += 1
             c["retries"] += 1

@@ -485,3 +485,54 @@ def test_v2_output_choice_names_the_probabilities_and_reads_a_label_only_answer_
             _v2(srv.url, "probabilities")
         msg = str(err.value)
         assert "interface.output: label" in msg and "predict_proba" in msg and "output_name picks" not in msg
+
+
+def test_probe_auth_env_pays_for_the_scans_own_rows_and_the_report_says_which_key_paid(monkeypatch):
+    monkeypatch.setenv("LEAKMETER_T_TOKEN", "attacker-key")
+    monkeypatch.setenv("LEAKMETER_T_PROBE", "probe-key")
+    quota = 60  # the gateway's quota per key: exactly the attack's budget
+
+    def decide(i, headers):
+        return None
+
+    with Server(decide) as srv:
+        s = scenario_from_dict({
+            "name": "probe-key", "seed": 0, "device": "cpu",
+            "victim": {"endpoint": {"url": srv.url, "auth_env": "LEAKMETER_T_TOKEN", "input_dim": D,
+                                    "n_outputs": C, "max_batch": 64,
+                                    "probe_auth_env": "LEAKMETER_T_PROBE"}},
+            "interface": {"kind": "prediction", "output": "probabilities"},
+            "attacker": {"input_domain": [-1, 1]}, "defenses": {"query_budget": quota},
+            "attacks": [{"name": "span_nonadaptive"}], "tracking": {"enabled": False}})
+        victim = build_victim(s)
+        oracle = Oracle(victim.backend, victim.info, OutputDefenses(), quota)
+        view = oracle.view("a")
+        view.predict(torch.zeros(quota, D, dtype=torch.float64))
+        victim.truth.probe_predict(torch.zeros(7, D, dtype=torch.float64))
+    by_key = victim.backend.stats.rows_by_key
+    assert by_key == {"auth": quota, "probe_auth": 1 + 7}, by_key
+    assert srv.auth.count("Bearer attacker-key") == 1 and srv.auth.count("Bearer probe-key") == 2
+    assert victim.record["endpoint"]["probe_auth"] is True
+
+
+def test_request_budget_counts_requests_per_attacker_before_they_are_sent():
+    with Server() as srv:
+        s = scenario_from_dict({
+            "name": "req", "device": "cpu", "tracking": {"enabled": False},
+            "victim": {"endpoint": {"url": srv.url, "input_dim": D, "n_outputs": C, "max_batch": 4}},
+            "interface": {"kind": "prediction", "output": "probabilities"},
+            "defenses": {"query_budget": 1000, "request_budget": 3}})
+        victim = build_victim(s)
+        oracle = Oracle(victim.backend, victim.info, OutputDefenses(), 1000)
+        view = oracle.view("a")
+        view.predict(torch.zeros(8, D, dtype=torch.float64))  # 2 requests
+        from harness.errors import BudgetExhausted
+
+        with pytest.raises(BudgetExhausted) as err:
+            view.predict(torch.zeros(8, D, dtype=torch.float64))  # the 3rd request, not the 4th
+        assert err.value.stopped_by == "budget" and "request_budget" in str(err.value)
+        assert len(srv.auth) == 1 + 3  # the start-up check is the scan's own, not the attacker's
+        assert view.queries_sent == 8 + 4 and oracle.quotas.used == srv.rows_in  # the unsent 4 not billed
+        oracle.view("b").predict(torch.zeros(4, D, dtype=torch.float64))  # another client, its own count
+    with pytest.raises(Exception, match="request_budget: counts HTTP requests"):
+        scenario_from_dict({"name": "x", "defenses": {"request_budget": 3}})
