@@ -120,3 +120,8 @@ def check_protocol_keys(ep: Any) -> None:
     if ep.auth_env and ep.headers and ep.auth_header.lower() in {k.lower() for k in ep.headers}:
         raise ValueError(f"headers: {ep.auth_header} is the header auth_env fills; give one of them")
     check_credentials(ep)
+    if ep.columns is not None and ep.protocol not in ("mlflow", "auto"):
+        raise ValueError(f"columns: only the mlflow protocol sends dataframe_split; protocol is "
+                         f"{ep.protocol}")
+    if isinstance(ep.columns, list) and len(set(ep.columns)) != len(ep.columns):
+        raise ValueError("columns: a column is named twice")

@@ -141,6 +141,12 @@ class EndpointSpec(Strict):
     auth: AuthSpec | None = None
     probe_auth_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
     ready_timeout_s: float = Field(default=0.0, ge=0, le=3600)
+    # answer shapes: dataframe_split column names (a list, or an MLmodel file's signature), and
+    # the class names string labels map to (index = class)
+    columns: list[Annotated[str, Field(min_length=1, max_length=200)]] | Annotated[
+        str, Field(pattern=PATH)] | None = Field(default=None)
+    classes: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
+        default=None, min_length=2, max_length=100_000)
     refusal_statuses: list[Annotated[int, Field(ge=400, le=599)]] = Field(
         default_factory=lambda: [401, 403], max_length=20)
     input_dim: int | None = Field(default=None, ge=1, le=MAX_WIDTH)

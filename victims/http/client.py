@@ -44,6 +44,7 @@ import torch
 from defenses.budget import SCORING, STARTUP, RequestBudget
 from defenses.errors import BudgetExhausted, RowCapReached
 from victims.errors import BadInput, InterfaceError
+from victims.http.answers import decode
 from victims.http.auth import HeaderCredential, build_credential
 from victims.http.protocol import display_url, retry_after, template_has
 from victims.http.secrets import SECRETS, clip, valid_header_value
@@ -158,6 +159,7 @@ class RemoteBackend:
         self.deadline_s = deadline_of(spec)
         self.max_bytes = int(spec.max_response_mb * 2**20)
         self.protocol = make_protocol(spec, token).bind(self._url)
+        self.classes: list[str] | None = getattr(spec, "classes", None)  # string labels' order
         self.refusal_statuses = set(getattr(spec, "refusal_statuses", None) or (401, 403))
         for name, value in (headers or {}).items():  # values from the environment, already scrubbed
             self.session.headers[name] = value
@@ -413,9 +415,14 @@ class RemoteBackend:
         what = "explanations" if explain else "predictions"
         try:
             y = np.asarray(answer, dtype=np.float64)
-        except (TypeError, ValueError, RecursionError):
-            raise EndpointError(f"{self.where}: {what} are not a numeric array (ragged or "
-                                f"non-numeric)") from None
+        except (TypeError, ValueError, RecursionError):  # records (a DataFrame), string labels
+            try:
+                y = np.asarray(decode(answer, self.classes), dtype=np.float64)
+            except AnswerError as exc:
+                raise EndpointError(self.scrub(f"{self.where}: {exc}")) from None
+            except (TypeError, ValueError, RecursionError):
+                raise EndpointError(f"{self.where}: {what} are not a numeric array (ragged or "
+                                    f"non-numeric; records and string labels are read too)") from None
         if y.ndim == 0 or len(y) != n:
             got = list(y.shape)
             raise EndpointError(f"{self.where}: sent {n} rows, got {what} of shape {got}")

@@ -180,6 +180,12 @@ def build_remote_victim(s: Any) -> Victim:
     check_files(ep)
     token = read_token(ep)
     pub = _public_shape(s)
+    from victims.http.answers import columns_of
+
+    cols = columns_of(ep)
+    if cols is not None and len(cols) != pub["dim"]:
+        raise BadInput(f"victim.endpoint.columns: {len(cols)} columns, but the scenario's inputs have "
+                       f"{pub['dim']} features")
     task = pub["task"]
     n_out = pub["n_outputs"]
     budget = s.defenses.query_budget

@@ -88,6 +88,7 @@ class OpenInferenceProtocol(WireProtocol):
         self.as_label = False  # interface.output: label (classification answers: the top-1 label)
         self.metadata: dict[str, Any] = {}
         self.outputs: list[dict] = []  # the metadata's outputs
+        self.labels: list[str] | None = getattr(spec, "classes", None)  # string labels, in class order
 
     def target(self, explain: str | None) -> str:
         return f"{self.url.rstrip('/')}/infer"
@@ -134,7 +135,12 @@ class OpenInferenceProtocol(WireProtocol):
                 tout = choose_output(outputs, self.as_label)
         if tout is not None:
             dtype = str(tout.get("datatype", "")).upper()
-            if dtype and dtype not in NUMERIC and not (dtype == "BYTES" and self.classification):
+            params = tout.get("parameters")
+            named = params.get("classes") if isinstance(params, dict) else None
+            if self.labels is None and isinstance(named, list) and all(isinstance(c, str) for c in named):
+                self.labels = [str(c) for c in named]  # the metadata's class names
+            strings = dtype == "BYTES" and (self.classification or self.labels)
+            if dtype and dtype not in NUMERIC and not strings:
                 tname = clip(str(tout.get("name")), 40)
                 raise MetadataError(f"victim.endpoint.output_name: output {tname!r} "
                                     f"has datatype {clip(dtype, 20)}, which leakmeter does not read "
@@ -241,6 +247,13 @@ class OpenInferenceProtocol(WireProtocol):
             raise AnswerError(f"output {label!r} has no valid shape ({clip(str(shape), 60)})")
         if dtype == "BYTES" and self.classification:
             return self._classes(t.get("data"), shape, label)
+        if dtype == "BYTES" and self.labels:  # string class labels, mapped to their index
+            from victims.http.answers import decode
+
+            data = decode(t.get("data") if isinstance(t.get("data"), list) else [], self.labels)
+            if len(data) != (int(np.prod(shape)) if shape else 1):
+                raise AnswerError(f"output {label!r} has shape {shape} but {len(data)} labels")
+            return np.asarray(data, dtype=np.float64).reshape(shape)
         if dtype not in NUMERIC:
             raise AnswerError(f"output {label!r} has datatype {clip(dtype, 20) or 'none'}, which leakmeter "
                               "does not read (numbers; BYTES only with victim.endpoint.classification)")

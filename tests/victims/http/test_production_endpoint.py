@@ -536,3 +536,70 @@ def test_request_budget_counts_requests_per_attacker_before_they_are_sent():
         oracle.view("b").predict(torch.zeros(4, D, dtype=torch.float64))  # another client, its own count
     with pytest.raises(Exception, match="request_budget: counts HTTP requests"):
         scenario_from_dict({"name": "x", "defenses": {"request_budget": 3}})
+
+
+# ------------------------------------------------------------------ answer shapes (MLflow DataFrames)
+
+NAMES = ["setosa", "versicolor", "virginica"]
+
+
+class FrameServer(LoopbackServer):
+    """Like `mlflow models serve` for a pyfunc with a column-based signature returning a
+    DataFrame: takes only `dataframe_split` with the signature's columns, answers records —
+    class-named probability columns (in another order than the classes), or a string label."""
+
+    def __init__(self, columns: list[str], labels: bool):
+        self.bodies: list = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.bodies.append(body)
+                split = body.get("dataframe_split") or {}
+                if split.get("columns") != columns:
+                    status, out = 400, {"error_code": "BAD_REQUEST", "message": "schema mismatch"}
+                else:
+                    p = softmax_rows(np.asarray(split["data"], dtype=np.float64))
+                    status = 200
+                    out = {"predictions": [{"label": NAMES[int(i)]} for i in p.argmax(1)] if labels else
+                           [{n: float(r[NAMES.index(n)]) for n in reversed(NAMES)} for r in p]}
+                raw = json.dumps(out).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+        self._serve(Handler)
+
+
+def test_mlflow_dataframe_answers_columns_from_the_signature_and_string_labels(tmp_path):
+    cols = [f"f{i}" for i in range(D)]
+    mlmodel = tmp_path / "MLmodel"
+    mlmodel.write_text("flavors: {python_function: {}}\nsignature:\n  inputs: '"
+                       + json.dumps([{"name": c, "type": "double"} for c in cols]) + "'\n")
+    x = torch.as_tensor(np.random.default_rng(3).standard_normal((6, D)))
+    with FrameServer(cols, labels=False) as srv:
+        oracle, _ = remote(srv.url, columns=str(mlmodel), classes=NAMES)
+        got = oracle.view("a").predict(x).numpy()
+        np.testing.assert_allclose(got, softmax_rows(x.numpy()))  # columns put back in class order
+        with pytest.raises(BadInput, match="schema mismatch"):
+            remote(srv.url)  # without the columns the server refuses the request: exit 2
+    with FrameServer(cols, labels=True) as srv:
+        s = scenario_from_dict({"name": "t", "device": "cpu", "tracking": {"enabled": False},
+                                "victim": {"endpoint": {"url": srv.url, "input_dim": D, "n_outputs": C,
+                                                        "columns": cols, "classes": NAMES}},
+                                "interface": {"kind": "prediction", "output": "label"}})
+        labels = build_victim(s).backend.predict(x, "label").numpy()
+        np.testing.assert_array_equal(labels, softmax_rows(x.numpy()).argmax(1))
+        s.victim.endpoint.classes = None
+        with pytest.raises(BadInput, match="string labels .*victim.endpoint.classes"):
+            build_victim(s)
+    with pytest.raises(BadInput, match="columns: 2 columns"):
+        remote("http://127.0.0.1:9/invocations", columns=["a", "b"])
