@@ -147,7 +147,7 @@ class EndpointSpec(Strict):
         str, Field(pattern=PATH)] | None = Field(default=None)
     classes: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
         default=None, min_length=2, max_length=100_000)
-    refusal_statuses: list[Annotated[int, Field(ge=400, le=599)]] = Field(
+    refusal_statuses: list[Annotated[int, Field(ge=400, le=499)]] = Field(
         default_factory=lambda: [401, 403], max_length=20)
     input_dim: int | None = Field(default=None, ge=1, le=MAX_WIDTH)
     n_outputs: int | None = Field(default=None, ge=1, le=100_000)

@@ -272,6 +272,10 @@ class RemoteBackend:
             raise EndpointError(f"{self.where}: request failed ({type(exc).__name__})") from None
         except OSError as exc:  # a socket error requests did not wrap
             raise _Transient(f"connection failed ({type(exc).__name__})", "connection") from None
+        except BadInput as exc:  # no OAuth2 token: bad input at start-up, a refusal mid-scan
+            if self._charge is None:
+                raise
+            raise EndpointRefused(self.scrub(f"{self.where}: {exc}")) from None
         status = reply.status
         if status == 429:
             raise _Transient("answered 429 Too Many Requests", "429", self._on_429(reply))
