@@ -13,7 +13,11 @@ budget charging and scrubbing, whatever the protocol.
 Queries are charged for what is *sent*: the oracle charges each batch's first try, this client
 charges every re-send to the run's budget before sending it (`bind_budget`), and the start-up
 check is charged too (capped by the budget before anything is sent), so neither the scenario's
-budget nor a server-side quota is ever exceeded. Per caller (the attack the oracle bills as) it
+budget nor a server-side quota is ever exceeded. Rows the endpoint refused are not answers: the
+re-send after a 429 (or after a 401 that renewed an OAuth2 token) is not billed again, and when a
+batch fails its unsent tail — and the refused chunk — is refunded (`refund`), so the ledger holds
+what the server answered plus re-sends after faults. `defenses.request_budget` counts requests
+per attacker before each is sent. Per caller (the attack the oracle bills as) it
 counts rows sent, re-sent requests and faults (`stats_for`).
 
 How a stop is told apart (the runner reads `stopped_by`): transport faults that outlast the retries,
@@ -365,6 +369,8 @@ class RemoteBackend:
         msg = self.scrub(f"{self.where}: {last} (gave up after {attempts} attempts)")
         if last_kind == "429":
             raise EndpointRefused(f"{msg}: rate limited without recovery")
+        if last_kind == "401":
+            raise EndpointRefused(f"{msg}: refused after the token was renewed")
         raise EndpointFaults(msg)
 
     def _on_429(self, reply: Reply) -> float | None:
