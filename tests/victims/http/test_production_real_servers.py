@@ -46,7 +46,6 @@ class CountingProxy(LoopbackServer):
         self.posts = self.rows_answered = self.gets_answered = self.refused = 0
         self.lock = threading.Lock()
         outer = self
-        local = threading.local()
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -67,9 +66,7 @@ class CountingProxy(LoopbackServer):
                 return outer.mode == "loading" and time.monotonic() - outer.t0 < outer.for_s
 
             def _session(self):
-                if not hasattr(local, "s"):
-                    local.s = requests.Session()
-                return local.s
+                return requests  # one connection per forwarded request, closed after it
 
             def do_GET(self):  # noqa: N802
                 if self._loading():
