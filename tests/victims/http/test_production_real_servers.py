@@ -27,6 +27,8 @@ TABLE: list[str] = []
 
 
 def rows_of(body: dict) -> int:
+    if "dataframe_split" in body:
+        return len(body["dataframe_split"]["data"])
     if "inputs" in body and isinstance(body["inputs"], list) and body["inputs"] and \
             isinstance(body["inputs"][0], dict):
         return int(body["inputs"][0]["shape"][0])
@@ -163,3 +165,79 @@ def check(report: dict, a: dict, answered: int, case: str) -> None:
         assert report["verdict"] == "inconclusive"
     else:
         assert report["verdict"] in ("pass", "fail"), (report["verdict"], a.get("reason"))
+
+
+MODEL_CODE = """
+import joblib
+import mlflow
+import pandas as pd
+from mlflow.pyfunc import PythonModel
+
+
+class Frames(PythonModel):
+    def load_context(self, context):
+        self.m = joblib.load(context.artifacts["model"])
+
+    def predict(self, context, model_input, params=None):
+        p = self.m.predict_proba(model_input.to_numpy(dtype=float))
+        names = [f"digit_{i}" for i in range(p.shape[1])]
+        return pd.DataFrame(p[:, ::-1], columns=names[::-1])  # class-named columns, reversed
+
+
+mlflow.models.set_model(Frames())
+"""
+
+
+@pytest.fixture(scope="module")
+def mlflow_frames(tmp_path_factory):
+    """`mlflow models serve` of a pyfunc with a column-based signature (f0..f63) that returns a
+    DataFrame of class-named probabilities (a scikit-learn LogisticRegression on raw digits)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import joblib
+    import mlflow
+    from mlflow.models.signature import ModelSignature
+    from mlflow.types.schema import ColSpec, Schema
+    from sklearn.datasets import load_digits
+    from sklearn.linear_model import LogisticRegression
+    from test_real_servers import free_port
+
+    root = tmp_path_factory.mktemp("frames")
+    x, y = load_digits(return_X_y=True)
+    joblib.dump(LogisticRegression(max_iter=300).fit(x[:1000], y[:1000]), root / "lr.joblib")
+    (root / "frames.py").write_text(MODEL_CODE)
+    mlflow.pyfunc.save_model(str(root / "model"), python_model=str(root / "frames.py"),
+                             artifacts={"model": str(root / "lr.joblib")},
+                             signature=ModelSignature(inputs=Schema([ColSpec("double", f"f{i}")
+                                                                     for i in range(64)])))
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "models", "serve", "-m", str(root / "model"),
+                             "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
+    try:
+        end = time.time() + 240
+        while time.time() < end:
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/ping", timeout=2).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                time.sleep(1)
+            assert proc.poll() is None, "mlflow models serve exited"
+        yield f"http://127.0.0.1:{port}", root / "model" / "MLmodel"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize("case", ["clean", "429", "revoked"])
+def test_mlflow_serve_dataframe_pyfunc(mlflow_frames, case, tmp_path):
+    root, mlmodel = mlflow_frames
+    d = raw_digits(root + "/invocations", protocol="mlflow", columns=str(mlmodel),
+                   classes=[f"digit_{i}" for i in range(10)])
+    report, a, proxy, answered = run_case("mlflow models serve 3", "mlflow (dataframe_split)", case, d, root,
+                                          "/invocations", tmp_path)
+    check(report, a, answered, case)
