@@ -357,11 +357,11 @@ class RemoteBackend:
                 self.stats.fault(exc.kind, who)
                 last, last_kind, wait = str(exc), exc.kind, exc.wait
                 if exc.kind in (REFUSED, "401"):
-                    self.stats.refused(rows)
+                    self.stats.refused(rows, who)
             except EndpointError as exc:
                 self.stats.fault("refused", who)
                 if isinstance(exc, EndpointRefused):
-                    self.stats.refused(rows)
+                    self.stats.refused(rows, who)
                 raise
             if attempt + 1 < attempts:
                 backoff = self.spec.backoff_s * (2**attempt) * (1 + 0.25 * random.random())

@@ -43,5 +43,7 @@ class EndpointStats:
         self.faults[kind] = self.faults.get(kind, 0) + 1
         self.caller(who)["faults"] += 1
 
-    def refused(self, rows: int) -> None:
+    def refused(self, rows: int, who: str) -> None:
         self.rows_refused += rows
+        c = self.caller(who)
+        c["rows_refused"] = c.get("rows_refused", 0) + rows
