@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 
-from defenses.errors import BudgetExhausted, RowCapReached
+from defenses.errors import BudgetExhausted, RequestBudgetExhausted, RowCapReached
 
 STARTUP = "startup"  # who an endpoint's start-up check is billed as (the scan's, not an attacker's)
 SCORING = "blackbox_scoring"  # who black-box verification probes are billed as (the scorer's)
@@ -43,6 +43,27 @@ class Ledger:
         if not self.fits(n):
             raise BudgetExhausted(n, self.budget - self.used, self.budget)
         self.record(n, who)
+
+
+class RequestBudget:
+    """`defenses.request_budget`: HTTP requests per attacker (each attack its own client), as a
+    gateway counts them: every request sent on an attacker's behalf, re-sends included, is counted
+    before it is sent; the scan's own requests (start-up, verification probes) are not an
+    attacker's. Thread-safe."""
+
+    def __init__(self, budget: int | None):
+        self.budget = budget
+        self.sent: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def charge(self, who: str, rows: int) -> None:
+        """Count one request for `who`, or raise RequestBudgetExhausted without counting it."""
+        if self.budget is None or who in NOT_ATTACKERS:
+            return
+        with self._lock:
+            if self.sent.get(who, 0) + 1 > self.budget:
+                raise RequestBudgetExhausted(rows, self.budget)
+            self.sent[who] = self.sent.get(who, 0) + 1
 
 
 class Quotas:
@@ -87,6 +108,18 @@ class Quotas:
         if self.rows.remaining is None:
             return False
         return own is None or own.remaining is None or self.rows.remaining < own.remaining
+
+    def refund(self, n: int, who: str = "-") -> None:
+        """Take back n rows charged to `who` that were never answered: refused by the endpoint
+        (429, 401/403, a revoked key) or never sent (the tail of a batch after a failure)."""
+        own = self.of(who)
+        with self._lock:
+            for ledger in (own, self.rows):
+                if ledger is None:
+                    continue
+                n_back = min(n, ledger.by_attack.get(who, 0))
+                ledger.used -= n_back
+                ledger.by_attack[who] = ledger.by_attack.get(who, 0) - n_back
 
     def delivered(self, n: int, who: str = "-") -> None:
         """Record n rows answered to `who` (their answers reached the attacker)."""

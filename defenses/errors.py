@@ -17,6 +17,16 @@ class BudgetExhausted(Exception):
         self.budget = budget
 
 
+class RequestBudgetExhausted(BudgetExhausted):
+    """The attacker's request budget (`defenses.request_budget`: requests per client, as gateways
+    count them) is spent; nothing more was sent. Still the defense under test (`budget`)."""
+
+    def __init__(self, requested: int, budget: int):
+        Exception.__init__(self, f"request budget exhausted: {budget} of {budget} requests sent "
+                                 f"(defenses.request_budget); {requested} rows not asked")
+        self.requested, self.remaining, self.budget = requested, 0, budget
+
+
 class RowCapReached(BudgetExhausted):
     """The run's own cost cap (`victim.endpoint.max_rows`) would be exceeded; nothing was sent.
 

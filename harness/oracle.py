@@ -47,7 +47,8 @@ class Oracle:
         if getattr(backend, "remote", False):  # an HTTP endpoint applies its own defenses
             self.defenses = OutputDefenses()
         if hasattr(backend, "bind_budget"):  # HTTP retries are charged before they are sent
-            backend.bind_budget(self.charge_extra, lambda: self._who)
+            backend.bind_budget(self.charge_extra, lambda: self._who,
+                                lambda n, who: self.quotas.refund(n, who))
 
     def charge_extra(self, n: int, who: str | None = None) -> None:
         """Charge n queries the backend sends on its own (HTTP retries: to the attack that asked;

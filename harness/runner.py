@@ -429,8 +429,10 @@ def _score_and_judge(atk: Attack, art: Artifact | None, truth, info, entry: dict
     status = status_of(stopped_by, crashed)
     if status == "ok" and risk is None:  # ran, but left nothing a scorer could judge or verify
         status = "incomplete"
-        if is_blackbox(truth):  # nothing verified it: the endpoint's doing, or the scan's row cap
-            stopped_by = (art.data.get("unverified_by") if art is not None else None) or "endpoint"
+        if is_blackbox(truth):  # nothing verified it: the endpoint's doing, the scan's row cap, or
+            # the attack's own budget (one that declined before sending anything is no endpoint's stop)
+            unverified = art.data.get("unverified_by") if art is not None else None
+            stopped_by = unverified or ("budget" if stopped_by == "budget" else "endpoint")
         else:
             stopped_by = stopped_by or "assumption"
         why = why or "the attack left no artifact to score"

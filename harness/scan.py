@@ -197,8 +197,14 @@ def format_diff(rows: list[dict[str, Any]], verbose: bool = False) -> list[str]:
 
 def run_scan(s: Any, *, baseline: str = "last-pass", tolerance: Tolerance | None = None,
              tracking_uri: str | None = None, out: str | Path | None = None,
-             json_path: str | Path | None = None, source: str | None = None) -> dict[str, Any]:
-    """Run the scan and compare; returns {"report", "baseline_id", "diff", "regressed", "exit"}."""
+             json_path: str | Path | None = None, source: str | None = None,
+             fail_on: str = "verdict") -> dict[str, Any]:
+    """Run the scan and compare; returns {"report", "baseline_id", "diff", "regressed", "exit"}.
+
+    Exit 1 when leakage regressed against the baseline, and (`fail_on: verdict`, the default)
+    whenever the verdict fails, regression or not: a deployment that fails from its first night
+    has no passing baseline, and must not pass silently every night. `fail_on: regression`
+    narrows exit 1 to regressions (a failing verdict as before is then exit 0)."""
     from harness.runner import run_scenario
     from reports.tracking import default_uri
     from reports.verdict import exit_code
@@ -220,8 +226,13 @@ def run_scan(s: Any, *, baseline: str = "last-pass", tolerance: Tolerance | None
     rows = compare(report, base, tol) if base is not None else []
     regressed = any(r["status"] == "regressed" for r in rows)
     code = exit_code(report)  # 1 fail, 3 error, 4 inconclusive (0 with on_inconclusive: pass)
-    code = 1 if regressed else (0 if code == 1 else code)  # a scan fails on regressions
-    report["scan"] = {"baseline": base_id, "baseline_found": base is not None,
+    if fail_on not in ("verdict", "regression"):
+        raise BadInput(f"--fail-on {fail_on}: allowed: verdict, regression")
+    if regressed or (code == 1 and fail_on == "verdict"):
+        code = 1
+    elif code == 1:  # --fail-on regression: a verdict that failed as before is no regression
+        code = 0
+    report["scan"] = {"baseline": base_id, "baseline_found": base is not None, "fail_on": fail_on,
                       "regressed": regressed, "diff": rows, "tolerance": tol.__dict__}
     stats = report.get("victim", {}).get("endpoint", {}).get("stats")
     if json_path:

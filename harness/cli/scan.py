@@ -36,14 +36,18 @@ from harness.threads import pin_threads
 @click.option("--out", type=click.Path(file_okay=False), help="Folder for report files.")
 @click.option("--tracking-uri", help="MLflow tracking URI (default: sqlite:///mlflow.db here).")
 @click.option("--verbose", is_flag=True, help="Print every compared metric, not only changes.")
-@click.option("--fail-on-verdict", is_flag=True,
-              help="Also exit 1 when the verdict is fail (not only on a regression).")
+@click.option("--fail-on", "fail_on", type=click.Choice(["verdict", "regression"]), default="verdict",
+              show_default=True,
+              help="verdict: exit 1 whenever the verdict fails, or leakage regressed; regression: only "
+                   "when leakage regressed against the baseline.")
+@click.option("--fail-on-verdict", is_flag=True, hidden=True,
+              help="The default now (kept for old cron lines).")
 @ci_outputs
 @AUTH_ENV
 @TRUST
 @THREADS
 @guarded
-def scan(scenario, overrides, baseline, tolerances, json_path, out, tracking_uri, verbose,
+def scan(scenario, overrides, baseline, tolerances, json_path, out, tracking_uri, verbose, fail_on,
          fail_on_verdict, sarif_path, junit_path, auth_env, trust_model_code, threads):
     """Scan the SCENARIO's endpoint and compare with a baseline run: exit 1 on a regression."""
     pin_threads(threads)
@@ -60,7 +64,8 @@ def scan(scenario, overrides, baseline, tolerances, json_path, out, tracking_uri
 
     try:
         res = run_scan(s, baseline=baseline, tolerance=tol, tracking_uri=tracking_uri, out=out,
-                       json_path=json_path, source=Path(scenario).read_text())
+                       json_path=json_path, source=Path(scenario).read_text(),
+                       fail_on="verdict" if fail_on_verdict else fail_on)
     except Interrupted as exc:  # the partial report reaches CI too (none before the victim is built)
         if getattr(exc, "report", None) is not None:
             write_ci_outputs(sarif_path, junit_path, [(None, exc.report)], scenario, s.public_dump())
@@ -72,8 +77,13 @@ def scan(scenario, overrides, baseline, tolerances, json_path, out, tracking_uri
         click.echo(line)
     if not res["baseline_found"]:
         why = "none requested" if baseline == "none" else f"none found ({baseline})"
-        click.echo(f"baseline: {why}; nothing to compare — this run "
-                   f"({report.get('mlflow_run_id')}) can be the next baseline")
+        if report.get("verdict") == "pass":
+            click.echo(f"baseline: {why}; nothing to compare — this run "
+                       f"({report.get('mlflow_run_id')}) can be the next baseline")
+        else:  # last-pass takes only passing runs: a failing one is never offered
+            click.echo(f"baseline: {why}; nothing to compare — this run's verdict is "
+                       f"{report.get('verdict')}: it is no baseline (--baseline last-pass takes only "
+                       "passing runs)")
     else:
         lines = format_diff(res["diff"], verbose)
         click.echo(f"baseline: {res['baseline_id']} — {len(res['diff'])} risks/metrics compared")
@@ -84,7 +94,4 @@ def scan(scenario, overrides, baseline, tolerances, json_path, out, tracking_uri
     print_verdict(report)
     click.echo(where_line(report))
     write_ci_outputs(sarif_path, junit_path, [(None, report)], scenario, s.public_dump())
-    code = res["exit"]
-    if fail_on_verdict and code == 0 and report.get("verdict") == "fail":
-        code = 1
-    sys.exit(code)
+    sys.exit(res["exit"])

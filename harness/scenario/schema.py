@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from harness.scenario.endpoint_keys import check_headers, check_protocol_keys
+from harness.scenario.endpoint_keys import PATH, AuthSpec, check_headers, check_protocol_keys
 from harness.scenario.limits import (
     KNOWN_CLASSES,
     MAX_COUNT,
@@ -136,6 +136,22 @@ class EndpointSpec(Strict):
     retries: int = Field(default=3, ge=0, le=20)
     backoff_s: float = Field(default=0.5, ge=0, le=60)
     verify_tls: bool = True
+    # docs/endpoints.md "Production scans": TLS (ca_bundle, mTLS), credentials, readiness, refusals
+    ca_bundle: str | None = Field(default=None, pattern=PATH)
+    client_cert: str | None = Field(default=None, pattern=PATH)
+    client_key: str | None = Field(default=None, pattern=PATH)
+    trust_env: bool = False  # true: ~/.netrc and proxy credentials from the environment too
+    auth: AuthSpec | None = None
+    probe_auth_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+    ready_timeout_s: float = Field(default=0.0, ge=0, le=3600)
+    # answer shapes: dataframe_split column names (a list, or an MLmodel file's signature), and
+    # the class names string labels map to (index = class)
+    columns: list[Annotated[str, Field(min_length=1, max_length=200)]] | Annotated[
+        str, Field(pattern=PATH)] | None = Field(default=None)
+    classes: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
+        default=None, min_length=2, max_length=100_000)
+    refusal_statuses: list[Annotated[int, Field(ge=400, le=499)]] = Field(
+        default_factory=lambda: [401, 403], max_length=20)
     input_dim: int | None = Field(default=None, ge=1, le=MAX_WIDTH)
     n_outputs: int | None = Field(default=None, ge=1, le=100_000)
     request_template: dict[str, Any] | None = None
@@ -173,7 +189,9 @@ class EndpointSpec(Strict):
         from urllib.parse import urlsplit
 
         p = urlsplit(self.url)
-        if self.auth_env and (p.username is not None or p.password is not None):
+        if self.auth is not None and self.auth.type == "bearer" and not self.auth_env:
+            self.auth_env = self.auth.token_env  # auth_env is the bearer token's variable
+        if (self.auth_env or self.auth) and (p.username is not None or p.password is not None):
             raise ValueError("the url carries user:password@ credentials and auth_env names a token; "
                              "give one of them (URL credentials would replace the token)")
         if template_has(self.request_template, "$auth") and not self.auth_env:
@@ -237,6 +255,7 @@ class RoundingSpec(Strict):
 class DefensesSpec(Strict):
     dp_sgd: DPSpec | None = None
     query_budget: int | None = Field(default=None, ge=0, le=10**12)
+    request_budget: int | None = Field(default=None, ge=1, le=10**12)  # HTTP requests per client
     output_noise: NoiseSpec | None = None
     rounding: RoundingSpec | None = None
     explanation_noise: NoiseSpec | None = None
@@ -405,6 +424,9 @@ class Scenario(Strict):
             raise ValueError(f"victim.endpoint.request_template: the {self.interface.kind} interface needs a "
                              '"$explain" placeholder in the template (where the request asks for an '
                              "explanation)")
+        if self.defenses.request_budget is not None and ep is None:
+            raise ValueError("defenses.request_budget: counts HTTP requests, which only an endpoint "
+                             "(victim.endpoint) is sent; use query_budget for a local model")
         return self
 
     @model_validator(mode="after")

@@ -13,7 +13,11 @@ budget charging and scrubbing, whatever the protocol.
 Queries are charged for what is *sent*: the oracle charges each batch's first try, this client
 charges every re-send to the run's budget before sending it (`bind_budget`), and the start-up
 check is charged too (capped by the budget before anything is sent), so neither the scenario's
-budget nor a server-side quota is ever exceeded. Per caller (the attack the oracle bills as) it
+budget nor a server-side quota is ever exceeded. Rows the endpoint refused are not answers: the
+re-send after a 429 (or after a 401 that renewed an OAuth2 token) is not billed again, and when a
+batch fails its unsent tail — and the refused chunk — is refunded (`refund`), so the ledger holds
+what the server answered plus re-sends after faults. `defenses.request_budget` counts requests
+per attacker before each is sent. Per caller (the attack the oracle bills as) it
 counts rows sent, re-sent requests and faults (`stats_for`).
 
 How a stop is told apart (the runner reads `stopped_by`): transport faults that outlast the retries,
@@ -35,20 +39,22 @@ import json
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import numpy as np
 import torch
 
-from defenses.budget import STARTUP
+from defenses.budget import SCORING, STARTUP, RequestBudget
 from defenses.errors import BudgetExhausted, RowCapReached
 from victims.errors import BadInput, InterfaceError
+from victims.http.answers import decode
+from victims.http.auth import HeaderCredential, build_credential
 from victims.http.jsonlimits import JSONNumberTooLarge, JSONTooLarge
 from victims.http.protocol import display_url, retry_after, template_has
 from victims.http.secrets import SECRETS, clip, valid_header_value
-from victims.http.transport import DeadlineExceeded, Reply, TooLarge, exchange, new_session
+from victims.http.stats import EndpointStats
+from victims.http.transport import DeadlineExceeded, Reply, TooLarge, exchange, new_session, tls_hint
 from victims.http.wire import AnswerError, make_protocol
 
 __all__ = ["EndpointError", "EndpointFaults", "EndpointRefused", "EndpointQuotaExhausted",
@@ -91,6 +97,17 @@ class EndpointQuotaExhausted(EndpointRefused):
     """The endpoint's per-key query budget is spent (429 RESOURCE_EXHAUSTED)."""
 
 
+class EndpointTLSError(EndpointError):
+    """The TLS handshake failed (certificate not trusted, name mismatch, client certificate
+    required): not a transient fault, never retried."""
+
+
+REFUSED = "429"  # the fault kind whose rows the endpoint did not answer: a re-send is not billed
+# a 400 that says the key is bad (TorchServe's InvalidKeyException, gateways' "invalid api key")
+INVALID_KEY = ("invalidkey", "invalid key", "invalid api key", "invalid token", "token expired",
+               "expired token", "invalid_token", "unauthorized", "unauthenticated")
+
+
 class _Transient(Exception):
     """A failure worth retrying; `kind` names the fault, `wait` overrides the backoff."""
 
@@ -98,6 +115,10 @@ class _Transient(Exception):
         super().__init__(message)
         self.kind = kind
         self.wait = wait
+
+
+def _no_vars(key: str, name: str) -> str:
+    raise BadInput(f"victim.endpoint.{key}: no variables can be read here")
 
 
 def split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
@@ -113,39 +134,6 @@ def split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
     return urlunsplit((p.scheme, netloc, p.path, p.query, p.fragment)), creds
 
 
-@dataclass
-class EndpointStats:
-    """What the client sent (live; the report's victim.endpoint section). `by_caller` holds,
-    per attack the oracle billed as, rows sent (first tries and re-sends), re-sent requests and
-    failed attempts."""
-
-    requests: int = 0
-    retries: int = 0
-    rows_sent: int = 0
-    rows_resent: int = 0
-    faults: dict[str, int] = field(default_factory=dict)
-    by_caller: dict[str, dict[str, int]] = field(default_factory=dict)
-
-    def caller(self, who: str) -> dict[str, int]:
-        return self.by_caller.setdefault(who, {"queries_sent": 0, "retries": 0, "faults": 0,
-                                               "rows_resent": 0})
-
-    def sent(self, who: str, rows: int, retry: bool) -> None:
-        self.requests += 1
-        self.rows_sent += rows
-        c = self.caller(who)
-        c["queries_sent"] += rows
-        if retry:
-            self.retries += 1
-            self.rows_resent += rows
-            c["retries"] += 1
-            c["rows_resent"] += rows
-
-    def fault(self, kind: str, who: str) -> None:
-        self.faults[kind] = self.faults.get(kind, 0) + 1
-        self.caller(who)["faults"] += 1
-
-
 class RemoteBackend:
     """Answers queries by HTTP; see the module docstring."""
 
@@ -153,7 +141,8 @@ class RemoteBackend:
 
     def __init__(self, spec: Any, *, dim: int, task: str, n_classes: int, n_outputs: int,
                  token: str | None = None, sleep: Callable[[float], None] = time.sleep,
-                 budget: int | None = None, headers: dict[str, str] | None = None):
+                 budget: int | None = None, headers: dict[str, str] | None = None,
+                 read_var: Callable[[str, str], str] | None = None, request_budget: int | None = None):
         self.spec = spec
         self.where = display_url(spec.url)
         SECRETS.add_url(spec.url)
@@ -166,25 +155,35 @@ class RemoteBackend:
         self.dim, self.task, self.n_classes, self.n_outputs = dim, task, n_classes, n_outputs
         self._sleep = sleep
         self._charge: Callable[..., None] | None = None
+        self._refund: Callable[[int, str], None] | None = None
         self._who: Callable[[], str] = lambda: STARTUP
         self.startup_budget = budget  # the row cap (max_rows) before the oracle's ledger exists
         self.stats = EndpointStats()
         self.record: dict[str, Any] = {}
-        self.session = new_session(spec.verify_tls)
+        self.session = new_session(spec, self._url)
         self.deadline_s = deadline_of(spec)
         self.max_bytes = int(spec.max_response_mb * 2**20)
         self.protocol = make_protocol(spec, token).bind(self._url)
+        self.classes: list[str] | None = getattr(spec, "classes", None)  # string labels' order
+        self.refusal_statuses = set(getattr(spec, "refusal_statuses", None) or (401, 403))
         for name, value in (headers or {}).items():  # values from the environment, already scrubbed
             self.session.headers[name] = value
-        if token and not self.protocol.sends_token:  # "$auth" in a template carries it instead
-            value = f"{spec.auth_scheme} {token}" if spec.auth_scheme else token
+        read = read_var or _no_vars
+        # the configured credential goes on every request ("$auth" in a template carries a token instead)
+        self.auth = build_credential(spec, None if self.protocol.sends_token else token, read, self.session)
+        self.keyed = self.keyed or self.auth is not None
+        self.probe_auth: HeaderCredential | None = None
+        probe_env = getattr(spec, "probe_auth_env", None)
+        if probe_env:
+            value = read("probe_auth_env", probe_env)
+            value = f"{spec.auth_scheme} {value}" if spec.auth_scheme else value
             if not valid_header_value(value):
-                raise BadInput(f"victim.endpoint.auth_env: the token in ${spec.auth_env} cannot be sent "
-                               "in an HTTP header (control characters, a line break, non-ASCII or "
-                               "spaces at the ends); value not shown")
-            self.session.headers[spec.auth_header] = value
+                raise BadInput(f"victim.endpoint.probe_auth_env: the token in ${probe_env} cannot be sent "
+                               "in an HTTP header; value not shown")
+            self.probe_auth = HeaderCredential(spec.auth_header, value)
         if creds:
             self.session.auth = creds
+        self.requests = RequestBudget(request_budget)  # defenses.request_budget, per attacker
         self.unbilled = 0  # rows sent before a ledger was bound (the start-up check)
         self.billing_as: str | None = None  # caller for queries outside the oracle
 
@@ -192,10 +191,12 @@ class RemoteBackend:
         return f"RemoteBackend({self.where})"
 
     # ------------------------------------------------------------------ budget
-    def bind_budget(self, charge: Callable[..., None], who: Callable[[], str] | None = None) -> None:
+    def bind_budget(self, charge: Callable[..., None], who: Callable[[], str] | None = None,
+                    refund: Callable[[int, str], None] | None = None) -> None:
         """Charge re-sends to the run's ledger from now on (and the start-up check now); `who`
-        tells which attack is asking."""
+        tells which attack is asking; `refund` takes back rows charged but never answered."""
         self._charge = charge
+        self._refund = refund
         if who is not None:
             self._who = who
         if self.unbilled:
@@ -208,6 +209,14 @@ class RemoteBackend:
 
     def caller(self) -> str:
         return self.billing_as or self._who() or "-"
+
+    def credential(self) -> HeaderCredential | None:
+        """The credential the current caller's requests carry: the scan's own requests (start-up
+        check, verification probes) go on `probe_auth_env`'s key when there is one, so the
+        attacker's key pays exactly the attacks' rows; everything else on the scenario's."""
+        if self.probe_auth is not None and self.caller() in (SCORING, STARTUP):
+            return self.probe_auth
+        return self.auth
 
     def bill(self, n: int) -> None:
         """Charge n rows about to be sent outside an oracle call (re-sends, the start-up check,
@@ -249,7 +258,7 @@ class RemoteBackend:
 
         try:
             reply = exchange(self.session, url, data, self.spec.timeout_s, self.deadline_s,
-                             self.max_bytes)
+                             self.max_bytes, auth=self.credential())
         except DeadlineExceeded:
             raise _Transient(f"no whole answer within {self.deadline_s:g} s (the deadline per request, "
                              "victim.endpoint.deadline_s)", "deadline") from None
@@ -257,6 +266,8 @@ class RemoteBackend:
             raise EndpointError(f"{self.where}: answered more than {self.max_bytes / 2**20:g} MiB "
                                 "(victim.endpoint.max_response_mb; or send fewer rows per request "
                                 "with victim.endpoint.max_batch)") from None
+        except requests.exceptions.SSLError as exc:
+            raise EndpointTLSError(self.scrub(f"{self.where}: {tls_hint(exc, self.spec)}")) from None
         except requests.Timeout:
             raise _Transient(f"timed out after {self.spec.timeout_s} s", "timeout") from None
         except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError,
@@ -266,18 +277,31 @@ class RemoteBackend:
             raise EndpointError(f"{self.where}: request failed ({type(exc).__name__})") from None
         except OSError as exc:  # a socket error requests did not wrap
             raise _Transient(f"connection failed ({type(exc).__name__})", "connection") from None
+        except BadInput as exc:  # no OAuth2 token: bad input at start-up, a refusal mid-scan
+            if self._charge is None:
+                raise
+            raise EndpointRefused(self.scrub(f"{self.where}: {exc}")) from None
         status = reply.status
         if status == 429:
             raise _Transient("answered 429 Too Many Requests", "429", self._on_429(reply))
         if status >= 500:
             raise _Transient(self.scrub(f"answered HTTP {status}: {self._excerpt(reply)}"), str(status))
-        if status in (401, 403):
-            raise EndpointRefused(self.scrub(f"{self.where}: answered HTTP {status}: "
-                                             f"{self._excerpt(reply)} (the endpoint refuses this client)"))
+        cred = self.credential()
+        if status == 401 and cred is not None and cred.renew():  # an OAuth2 token, fetched again once
+            raise _Transient("answered HTTP 401: the token was renewed", "401", 0.0)
+        if status in self.refusal_statuses or (status == 400 and self._says_bad_key(reply)):
+            raise EndpointRefused(self.scrub(f"{self.where}: answered HTTP {status}: {self._excerpt(reply)} "
+                                             "(the endpoint refuses this client: a key that expired or "
+                                             "was revoked, or a spent quota)"), status)
         if status >= 300 or status < 200:
             raise EndpointError(self.scrub(f"{self.where}: answered HTTP {status}: {self._excerpt(reply)}"),
                                 status)
         return self._answer(reply, explain, raw=data is None)
+
+    @staticmethod
+    def _says_bad_key(reply: Reply) -> bool:
+        text = reply.body[:4096].decode("utf-8", errors="replace").lower()
+        return any(k in text for k in INVALID_KEY)
 
     def _answer(self, reply: Reply, explain: str | None = None, raw: bool = False) -> Any:
         """The answer field of a 2xx response; _Transient when the body is not usable JSON."""
@@ -304,26 +328,32 @@ class RemoteBackend:
         data = json.dumps(self.protocol.body(rows, explain)).encode()
         return self._send(self.protocol.target(explain), data, len(rows), explain)
 
-    def get_json(self, url: str) -> Any:
-        """GET `url` (start-up: model metadata, status, ping) with the same retries; its JSON
-        body. Each attempt is charged as one row to the scan's cap before it is sent."""
+    def get_json(self, url: str, retry: bool = True) -> Any:
+        """GET `url` (start-up: model metadata, status, ping) with the same retries (none with
+        `retry=False`: discovery); its JSON body. Each attempt is charged as one row to the scan's
+        cap before it is sent."""
         self.bill(1)
-        return self._send(url, None, 1, None)
+        return self._send(url, None, 1, None, retry)
 
-    def _send(self, url: str, data: bytes | None, rows: int, explain: str | None) -> Any:
+    def _send(self, url: str, data: bytes | None, rows: int, explain: str | None, retry: bool = True) -> Any:
         """One request (its first try already charged), with retries charged before re-sending."""
-        attempts = self.spec.retries + 1
+        attempts = self.spec.retries + 1 if retry else 1
         last, last_kind = "", ""
         who = self.caller()
         for attempt in range(attempts):
-            if attempt:
+            billed = not (attempt and last_kind in (REFUSED, "401"))  # refused rows were never answered
+            self.requests.charge(who, rows)  # a gateway counts requests: before each is sent
+            if attempt and billed:
                 try:
                     self.bill(rows)
                 except BudgetExhausted:
                     raise EndpointFaults(self.scrub(
                         f"{self.where}: the query budget ran out re-sending rows after faults "
                         f"({self.stats.rows_resent} rows re-sent; last fault: {last})")) from None
-            self.stats.sent(who, rows, retry=attempt > 0)
+            self.stats.sent(who, rows, retry=attempt > 0, billed=billed)
+            key = "probe_auth" if self.credential() is not None and self.credential() is self.probe_auth \
+                else ("auth" if self.keyed else "none")
+            self.stats.rows_by_key[key] = self.stats.rows_by_key.get(key, 0) + rows
             try:
                 return self._attempt(url, data, explain)
             except _Transient as exc:
@@ -332,8 +362,12 @@ class RemoteBackend:
                 if exc.kind == "deadline":  # a server that trickled a whole deadline away does it
                     attempts = attempt + 1  # again: not re-sent (4 tries held a scan 4 × deadline_s)
                     break
-            except EndpointError:
+                if exc.kind in (REFUSED, "401"):
+                    self.stats.refused(rows, who)
+            except EndpointError as exc:
                 self.stats.fault("refused", who)
+                if isinstance(exc, EndpointRefused):
+                    self.stats.refused(rows, who)
                 raise
             if attempt + 1 < attempts:
                 backoff = self.spec.backoff_s * (2**attempt) * (1 + 0.25 * random.random())
@@ -343,6 +377,8 @@ class RemoteBackend:
                                                       else f"gave up after {attempts} attempts") + ")")
         if last_kind == "429":
             raise EndpointRefused(f"{msg}: rate limited without recovery")
+        if last_kind == "401":
+            raise EndpointRefused(f"{msg}: refused after the token was renewed")
         raise EndpointFaults(msg)
 
     def _on_429(self, reply: Reply) -> float | None:
@@ -379,7 +415,14 @@ class RemoteBackend:
         step = self.spec.max_batch
         for i in range(0, len(xs), step):
             chunk = xs[i : i + step]
-            answer = self._post(chunk.tolist(), explain)
+            try:
+                answer = self._post(chunk.tolist(), explain)
+            except (EndpointError, BudgetExhausted) as exc:  # the unsent tail, refused rows: unanswered
+                sent = isinstance(exc, EndpointError) and not isinstance(exc, EndpointRefused)
+                back = len(xs) - i - (len(chunk) if sent else 0)
+                if back and self._refund is not None:
+                    self._refund(back, self.caller())
+                raise
             parts.append(self._validate(answer, len(chunk), explain))
         if not parts:
             return np.zeros((0, self.dim if explain else max(1, self.n_outputs)))
@@ -390,9 +433,14 @@ class RemoteBackend:
         what = "explanations" if explain else "predictions"
         try:
             y = np.asarray(answer, dtype=np.float64)
-        except (TypeError, ValueError, RecursionError, OverflowError):
-            raise EndpointError(f"{self.where}: {what} are not a numeric array (ragged or "
-                                f"non-numeric)") from None
+        except (TypeError, ValueError, RecursionError, OverflowError):  # records (a DataFrame), string labels
+            try:
+                y = np.asarray(decode(answer, self.classes), dtype=np.float64)
+            except AnswerError as exc:
+                raise EndpointError(self.scrub(f"{self.where}: {exc}")) from None
+            except (TypeError, ValueError, RecursionError, OverflowError):
+                raise EndpointError(f"{self.where}: {what} are not a numeric array (ragged or "
+                                    f"non-numeric; records and string labels are read too)") from None
         if y.ndim == 0 or len(y) != n:
             got = list(y.shape)
             raise EndpointError(f"{self.where}: sent {n} rows, got {what} of shape {got}")

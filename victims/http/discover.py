@@ -1,13 +1,14 @@
 """Start-up reads of an endpoint before its first query: the model's metadata and readiness
 (kserve-v2), its status (kserve-v1), and, for `protocol: auto`, which protocol answers.
 
-`auto` probes in a fixed order with at most two GETs (then the found protocol's own start-up
-requests), each charged as one row to the scan's cap (`victim.endpoint.max_rows`) before it is
-sent, retries included:
+`auto` probes in a fixed order with at most two GETs, never retried (then the found protocol's own
+start-up requests), each charged as one row to the scan's cap (`victim.endpoint.max_rows`) before
+it is sent:
 
 1. `GET {url}` — an Open Inference Protocol metadata object (`inputs` / `outputs` / `platform`)
    is `kserve-v2`; a KServe V1 status (`name` and `ready`) or a TF Serving one
-   (`model_version_status`) is `kserve-v1`;
+   (`model_version_status`) is `kserve-v1`. Not sent to a `/predictions/...` URL (a GET there runs
+   TorchServe's handler) nor to an `.../invocations` URL (MLflow's scoring path takes POSTs only);
 2. `GET {root}/ping` — TorchServe's `{"status": "Healthy"}` is `torchserve` (only for a
    `/predictions/MODEL` URL: TorchServe names the model in the path); any other 200 for an
    `.../invocations` URL is `mlflow` (whose `/invocations` the start-up check then asks).
@@ -24,7 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from defenses.errors import BudgetExhausted
 from victims.errors import BadInput
-from victims.http.client import EndpointError, RemoteBackend
+from victims.http.client import EndpointError, EndpointFaults, RemoteBackend
 from victims.http.secrets import clip
 from victims.http.wire import make_protocol
 from victims.http.wire_base import path_suffix
@@ -34,16 +35,24 @@ PROBE_ORDER = ("kserve-v2 metadata (GET url)", "kserve-v1 status (GET url)", "to
                "mlflow /ping")
 
 
+class NotReady(BadInput):
+    """The endpoint is there but its model is not serving yet (503s, connection refused, a
+    readiness check that says no): `victim.endpoint.ready_timeout_s` waits for it."""
+
+
 def _root(url: str) -> str:
     p = urlsplit(url)
     return urlunsplit((p.scheme, p.netloc, "", "", ""))
 
 
-def _try(backend: RemoteBackend, url: str) -> tuple[Any, str]:
-    """(the JSON answer, "") or (None, why it is not one)."""
+def _try(backend: RemoteBackend, url: str, faults: list[bool] | None = None) -> tuple[Any, str]:
+    """(the JSON answer, "") or (None, why it is not one); one GET, never retried. `faults` gets
+    True when the GET met a transient fault (a model loading, a server restarting)."""
     try:
-        return backend.get_json(url), ""
+        return backend.get_json(url, retry=False), ""
     except EndpointError as exc:
+        if faults is not None:
+            faults.append(isinstance(exc, EndpointFaults))
         return None, clip(backend.scrub(str(exc)).replace(backend.where + ": ", ""), 120)
 
 
@@ -65,19 +74,23 @@ def _v1_ready(meta: Any) -> bool:
 def detect(backend: RemoteBackend, spec: Any, token: str | None) -> tuple[str, Any]:
     """The protocol that answers at the endpoint (`auto`) and its GET {url} answer, if any."""
     tried: list[str] = []
-    meta, why = _try(backend, backend.protocol.url)
-    if _is_v2(meta):
-        return "kserve-v2", meta
-    if _is_v1(meta):
-        return "kserve-v1", meta
-    tried.append(f"GET url: {why or 'neither V2 metadata nor a V1 status'}")
-    ping, why = _try(backend, _root(backend.protocol.url) + "/ping")
+    faults: list[bool] = []
+    path = urlsplit(backend.protocol.url).path.rstrip("/")
+    if "/predictions/" not in path and not path.endswith("/invocations"):  # a GET there runs a handler
+        meta, why = _try(backend, backend.protocol.url, faults)
+        if _is_v2(meta):
+            return "kserve-v2", meta
+        if _is_v1(meta):
+            return "kserve-v1", meta
+        tried.append(f"GET url: {why or 'neither V2 metadata nor a V1 status'}")
+    ping, why = _try(backend, _root(backend.protocol.url) + "/ping", faults)
     if isinstance(ping, dict) and "status" in ping and "/predictions/" in urlsplit(backend.protocol.url).path:
         return "torchserve", None
     if why == "" and urlsplit(backend.protocol.url).path.rstrip("/").endswith("/invocations"):
         return "mlflow", None
     tried.append(f"GET /ping: {why or 'answered, but the url is no MLflow /invocations'}")
-    raise BadInput(f"victim.endpoint.protocol: auto found no protocol at {backend.where} "
+    raise (NotReady if any(faults) else BadInput)(
+        f"victim.endpoint.protocol: auto found no protocol at {backend.where} "
                    f"({'; '.join(tried)}); name it (mlflow, json, kserve-v2, kserve-v1, torchserve)")
 
 
@@ -106,13 +119,14 @@ def startup(backend: RemoteBackend, s: Any, pub: dict[str, Any], token: str | No
                 raise BadInput(f"victim.endpoint: GET {backend.where} is no KServe V1 / TF Serving model "
                                "status (is the url the model's, .../v1/models/NAME?)")
             if not _v1_ready(meta):
-                raise BadInput(f"victim.endpoint: the model at {backend.where} is not ready (its status: "
+                raise NotReady(f"victim.endpoint: the model at {backend.where} is not ready (its status: "
                                f"{clip(str(meta), 120)})")
     except BudgetExhausted:
         raise BadInput(f"victim.endpoint.max_rows: {backend.startup_budget} is too small for the start-up "
                        f"requests to {backend.where} ({backend.unbilled} sent)") from None
     except EndpointError as exc:
-        raise BadInput(f"victim.endpoint: {backend.scrub(str(exc))}") from None
+        raise (NotReady if isinstance(exc, EndpointFaults) else BadInput)(
+            f"victim.endpoint: {backend.scrub(str(exc))}") from None
     return found
 
 
@@ -124,9 +138,9 @@ def _v2(backend: RemoteBackend, s: Any, pub: dict[str, Any], meta: Any, found: d
     url = proto.url.rstrip("/")
     if meta is None:
         meta = backend.get_json(url)
+    proto.as_label = s.interface.output == "label"
     try:
         found["metadata"] = proto.read_metadata(meta, pub["dim"], s.victim.endpoint)
-        proto.as_label = s.interface.output == "label"
         proto.n_cols = proto.n_cols or (pub.get("n_classes") or None) or s.victim.endpoint.n_outputs
         if s.interface.output != "label":
             if pub.get("n_classes") is not None:
@@ -140,7 +154,7 @@ def _v2(backend: RemoteBackend, s: Any, pub: dict[str, Any], meta: Any, found: d
     try:
         ready = backend.get_json(path_suffix(proto.url, "/ready"))  # a query string stays last
     except EndpointError as exc:
-        raise BadInput(f"victim.endpoint: the model at {backend.where} is not ready "
+        raise NotReady(f"victim.endpoint: the model at {backend.where} is not ready "
                        f"({backend.scrub(str(exc)).replace(backend.where + ': ', '')})") from None
     if isinstance(ready, dict) and ready.get("ready") is False:
-        raise BadInput(f"victim.endpoint: the model at {backend.where} is not ready (GET .../ready)")
+        raise NotReady(f"victim.endpoint: the model at {backend.where} is not ready (GET .../ready)")

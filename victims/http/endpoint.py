@@ -5,6 +5,8 @@ model file when there is one, else only black-box probes of the endpoint itself)
 from __future__ import annotations
 
 import os
+import sys
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -16,7 +18,7 @@ from defenses.budget import SCORING
 from defenses.errors import BudgetExhausted
 from victims import devices
 from victims.errors import BadInput, InterfaceError
-from victims.http.client import EndpointError, RemoteBackend
+from victims.http.client import EndpointError, EndpointFaults, RemoteBackend
 from victims.http.protocol import display_url, template_has
 from victims.http.secrets import SECRETS
 from victims.local import build_local_victim, input_domain
@@ -82,6 +84,29 @@ def read_token(spec: Any) -> str | None:
         raise BadInput(f"victim.endpoint.auth_env: the environment variable {name} is not "
                        "set or empty (it must hold the endpoint's token)")
     return token.strip()
+
+
+def read_var(key: str, name: str) -> str:
+    """The value of the variable `name` that the key `victim.endpoint.KEY` names, registered with
+    the scrubber; BadInput for a variable a scenario may not send (auth_env's rule) or one unset."""
+    if not name.startswith(AUTH_PREFIX) and name not in _chosen:
+        raise BadInput(f"victim.endpoint.{key}: {name} is not a variable a scenario may send: a scenario "
+                       f"names only variables starting with {AUTH_PREFIX}; or choose it yourself with "
+                       f"--auth-env {name}")
+    value = os.environ.get(name, "")
+    SECRETS.add(value)
+    if not value.strip():
+        raise BadInput(f"victim.endpoint.{key}: the environment variable {name} is not set or empty")
+    SECRETS.add(value.strip())
+    return value.strip()
+
+
+def check_files(spec: Any) -> None:
+    """BadInput naming the key when a TLS file (ca_bundle, client_cert, client_key) is missing."""
+    for key in ("ca_bundle", "client_cert", "client_key"):
+        path = getattr(spec, key, None)
+        if path and not os.path.isfile(os.path.expanduser(path)):
+            raise BadInput(f"victim.endpoint.{key}: {path!r} is not a readable file")
 
 
 def read_headers(spec: Any) -> dict[str, str]:
@@ -153,8 +178,15 @@ def build_remote_victim(s: Any) -> Victim:
         raise BadInput(f"victim.endpoint.request_template: the {s.interface.kind} interface needs a "
                        '"$explain" placeholder in the template')
     device = devices.current(s.device).place("victim", 0.0, "an endpoint: answers arrive over HTTP")
+    check_files(ep)
     token = read_token(ep)
     pub = _public_shape(s)
+    from victims.http.answers import columns_of
+
+    cols = columns_of(ep)
+    if cols is not None and len(cols) != pub["dim"]:
+        raise BadInput(f"victim.endpoint.columns: {len(cols)} columns, but the scenario's inputs have "
+                       f"{pub['dim']} features")
     task = pub["task"]
     n_out = pub["n_outputs"]
     budget = s.defenses.query_budget
@@ -167,11 +199,11 @@ def build_remote_victim(s: Any) -> Victim:
                        f"of the endpoint ({need} row(s)); nothing was sent")
     backend = RemoteBackend(ep, dim=pub["dim"], task=task or "multiclass",
                             n_classes=pub["n_classes"] or 0, n_outputs=n_out or 0, token=token,
-                            budget=ep.max_rows, headers=read_headers(ep))
+                            budget=ep.max_rows, headers=read_headers(ep), read_var=read_var,
+                            request_budget=s.defenses.request_budget)
     from victims.http.discover import startup
 
-    found = startup(backend, s, pub, token)
-    probe = _probe(backend, s, pub)
+    found, probe = _when_ready(backend, lambda: (startup(backend, s, pub, token), _probe(backend, s, pub)))
     task, n_classes, n_out = probe["task"], probe["n_classes"], probe["n_outputs"]
     backend.task, backend.n_classes, backend.n_outputs = task, n_classes, n_out
     pool = pub["pool"] if pub["pool"] is not None else np.zeros((0, pub["dim"]))
@@ -187,7 +219,9 @@ def build_remote_victim(s: Any) -> Victim:
     )
     record: dict[str, Any] = {
         "endpoint": {"url": where, "protocol": ep.protocol, "max_batch": ep.max_batch,
-                     "verify_tls": ep.verify_tls, "auth": bool(token), "headers": sorted(ep.headers or {}),
+                     "verify_tls": ep.verify_tls, "auth": bool(backend.auth or token),
+                     "auth_type": ep.auth.type if ep.auth else ("bearer" if token else None),
+                     "probe_auth": bool(backend.probe_auth), "headers": sorted(ep.headers or {}),
                      **found, "stats": backend.stats.__dict__},
         "notes": [f"remote endpoint {where}: defenses are applied by the endpoint, not by leakmeter"],
         "device": str(device), "dtype": "float64",
@@ -209,6 +243,34 @@ def build_remote_victim(s: Any) -> Victim:
                                   held.reshape(len(held), -1), dtype=torch.float64))
         record["notes"].append("truth unavailable: black-box scoring only")
     return Victim(backend, truth, info, utility, record)
+
+
+def _when_ready(backend: RemoteBackend, check: Any, clock: Any = time.monotonic,
+                sleep: Any = time.sleep) -> Any:
+    """`check()` (the start-up requests), again every few seconds while the model is loading
+    (NotReady), for at most `ready_timeout_s`; a stage line says it waits. NotReady (exit 2)
+    after that, saying how long it waited."""
+    from victims.http.discover import NotReady
+
+    wait = float(getattr(backend.spec, "ready_timeout_s", 0) or 0)
+    until, said = clock() + wait, False
+    while True:
+        try:
+            return check()
+        except NotReady as exc:
+            left = until - clock()
+            if left <= 0:
+                tail = (f" (waited {wait:g} s: victim.endpoint.ready_timeout_s)" if wait else
+                        " (a model still loading: victim.endpoint.ready_timeout_s waits for it)")
+                raise NotReady(f"{exc}{tail}") from None
+            if not said:
+                print(f"leakmeter: the model at {backend.where} is not ready yet; waiting up to {wait:g} s "
+                      "(victim.endpoint.ready_timeout_s)", file=sys.stderr, flush=True)
+                said = True
+            sleep(min(READY_POLL_S, left))
+
+
+READY_POLL_S = 2.0
 
 
 def _probe(backend: RemoteBackend, s: Any, pub: dict[str, Any]) -> dict[str, Any]:
@@ -247,6 +309,10 @@ def _probe(backend: RemoteBackend, s: Any, pub: dict[str, Any]) -> dict[str, Any
         raise BadInput(f"victim.endpoint.max_rows: {backend.startup_budget} is too small for the start-up "
                        f"check of the endpoint {backend.where} and its retries "
                        f"({backend.unbilled} rows sent)") from None
+    except EndpointFaults as exc:  # 503s, connection refused: a model loading or a server restarting
+        from victims.http.discover import NotReady
+
+        raise NotReady(f"victim.endpoint: {backend.scrub(str(exc))}") from None
     except (EndpointError, InterfaceError) as exc:
         raise BadInput(f"victim.endpoint: {backend.scrub(str(exc))}") from None
     return {"task": task, "n_classes": n_classes, "n_outputs": n_out}

@@ -11,11 +11,20 @@ deadline and every answer a size limit.
   message needs. Compressed answers are not asked for (`Accept-Encoding: identity`), and what a
   server compresses anyway is counted after decompression.
 
+- TLS and what comes from the environment: only what the scenario names is used. The session
+  never reads ~/.netrc / $NETRC (whose Basic credentials would replace the configured token and go
+  to the scan's host), nor REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE (which would override
+  `verify_tls: false`); `verify` and `cert` are passed with every request. Proxies from the
+  environment (HTTP(S)_PROXY, NO_PROXY) are used without their user:password@ unless
+  `victim.endpoint.trust_env: true` opts in to requests' defaults (netrc and proxy credentials
+  included; the configured credential still wins: it is set on every request).
+
 Nothing here scrubs or retries: victims/http/client.py owns that, in one place.
 """
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 from dataclasses import dataclass
@@ -157,13 +166,43 @@ class _WatchedAdapter(HTTPAdapter):
         return manager
 
 
-def new_session(verify_tls: bool) -> requests.Session:
-    """A session for one endpoint: small pool, no automatic retries, no compression asked."""
+def _no_userinfo(url: str) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+
+    p = urlsplit(url)
+    if p.username is None and p.password is None:
+        return url
+    host = f"[{p.hostname}]" if p.hostname and ":" in p.hostname else (p.hostname or "")
+    return urlunsplit((p.scheme, f"{host}:{p.port}" if p.port else host, p.path, p.query, p.fragment))
+
+
+def tls_settings(spec: Any) -> tuple[bool | str, str | tuple[str, str] | None]:
+    """(verify, cert) for requests from `verify_tls`, `ca_bundle`, `client_cert`, `client_key`."""
+    verify: bool | str = bool(getattr(spec, "verify_tls", True))
+    if verify and getattr(spec, "ca_bundle", None):
+        verify = str(spec.ca_bundle)
+    cert_file, key_file = getattr(spec, "client_cert", None), getattr(spec, "client_key", None)
+    cert = (str(cert_file), str(key_file)) if cert_file and key_file else (str(cert_file) if cert_file
+                                                                           else None)
+    return verify, cert
+
+
+def new_session(spec: Any, url: str | None = None) -> requests.Session:
+    """A session for one endpoint (`spec`: its victim.endpoint, or a bool for verify_tls): small
+    pool, no automatic retries, no compression asked, nothing taken from the environment unless
+    `trust_env` (see the module docstring)."""
+    if isinstance(spec, bool):
+        spec = type("Spec", (), {"verify_tls": spec})()
     session = requests.Session()
     adapter = _WatchedAdapter(pool_connections=2, pool_maxsize=4, max_retries=0)
     session.mount("http://", adapter)
     session.mount("https://", adapter)
-    session.verify = verify_tls
+    session.verify, session.cert = tls_settings(spec)
+    session.trust_env = bool(getattr(spec, "trust_env", False))
+    if not session.trust_env and url:  # the environment's proxies, never their credentials
+        from requests.utils import get_environ_proxies
+
+        session.proxies = {k: _no_userinfo(v) for k, v in get_environ_proxies(url).items() if v}
     session.headers.update({"Content-Type": "application/json", "Accept": "application/json",
                             "Accept-Encoding": "identity"})
     return session
@@ -180,15 +219,16 @@ def _read(resp: requests.Response, limit: int) -> tuple[bytes, bool]:
 
 
 def exchange(session: requests.Session, url: str, data: bytes | None, timeout_s: float, deadline_s: float,
-             max_bytes: int) -> Reply:
+             max_bytes: int, auth: Any = None) -> Reply:
     """POST `data` (GET when None), return the whole answer. Raises DeadlineExceeded, TooLarge (a
     2xx answer over `max_bytes`) or requests' own exceptions (connection failures, per-operation
     timeouts)."""
     watch = _Watch(deadline_s).start()
     _current.watch = watch
     try:
-        resp = session.request("GET" if data is None else "POST", url, data=data,
-                               timeout=(timeout_s, timeout_s), allow_redirects=False, stream=True)
+        resp = session.request("GET" if data is None else "POST", url, data=data, auth=auth,
+                               timeout=(timeout_s, timeout_s), allow_redirects=False, stream=True,
+                               verify=session.verify, cert=session.cert)  # never the environment's
         try:
             ok = 200 <= resp.status_code < 300
             declared = resp.headers.get("Content-Length", "")
@@ -209,3 +249,23 @@ def exchange(session: requests.Session, url: str, data: bytes | None, timeout_s:
     if fired:  # the answer may be cut short: never use it
         raise DeadlineExceeded
     return Reply(resp.status_code, resp.reason or "", resp.headers, body, truncated=more)
+
+
+_SSL_REASON = re.compile(r"\[SSL: ([A-Z0-9_]+)\][^(')\"]*|(certificate verify failed[^(')\"]*)|"
+                         r"(hostname '[^']{0,200}' doesn't match[^(')\"]*)|(tlsv13? alert [a-z ]+)")
+
+
+def tls_hint(exc: BaseException, spec: Any) -> str:
+    """One line: what failed in the TLS handshake and which key fixes it."""
+    m = _SSL_REASON.search(str(exc)[:4000])
+    reason = " ".join((m.group(0) if m else type(exc).__name__).split())[:160]
+    if "alert" in reason.lower() or "CERTIFICATE_REQUIRED" in reason:
+        fix = ("the server asks for a client certificate: give victim.endpoint.client_cert and "
+               "client_key (mTLS)")
+    elif getattr(spec, "ca_bundle", None):
+        fix = ("the server's certificate is not signed by victim.endpoint.ca_bundle, or its name is not "
+               "the URL's host")
+    else:
+        fix = ("the server's certificate is not trusted: give its CA with victim.endpoint.ca_bundle: PATH "
+               "(verify_tls: false only for a test server)")
+    return f"TLS handshake failed ({reason}); {fix}; not retried"

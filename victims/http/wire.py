@@ -31,10 +31,17 @@ __all__ = ["AnswerError", "WireProtocol", "error_text", "make_protocol"]
 
 
 class MlflowProtocol(WireProtocol):
+    """MLflow's scoring protocol: `{"inputs": rows}`, or `{"dataframe_split": {"columns",
+    "data"}}` for a model whose signature names columns (`victim.endpoint.columns`)."""
+
     name = "mlflow"
 
+    def __init__(self, columns: list[str] | None = None):
+        self.columns = columns
+
     def body(self, rows: list, explain: str | None) -> Any:
-        out: dict[str, Any] = {"inputs": rows}
+        out: dict[str, Any] = ({"dataframe_split": {"columns": self.columns, "data": rows}}
+                               if self.columns else {"inputs": rows})
         if explain:
             out["params"] = {"explain": explain}
         return out
@@ -130,4 +137,6 @@ def make_protocol(spec: Any, token: str | None) -> WireProtocol:
         from victims.http.wire_v2 import OpenInferenceProtocol
 
         return OpenInferenceProtocol(spec)
-    return MlflowProtocol()
+    from victims.http.answers import columns_of
+
+    return MlflowProtocol(columns_of(spec))

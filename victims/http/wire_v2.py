@@ -15,13 +15,20 @@ extension (`classification: k` asks `"parameters": {"classification": k}` on the
 reads `"value:index[:label]"` strings into a top-k row: the k values at their class indices, 0
 elsewhere). Explanations (where a server offers them) are asked with the request parameter
 `"explain": kind` and read from an output named `explanation` (else the one output that is not
-the prediction's); predictions are read only from the output the metadata names (or
-`output_name`; without metadata outputs, the first answer's name, kept from then on): an answer
-without it is an error, never another tensor read in its place.
+the prediction's); predictions are read only from the output chosen at start-up, which every
+request names (`"outputs": [{"name"}]`: a server such as MLServer otherwise answers its default,
+the labels): `output_name`, else the metadata's output that fits the interface — probabilities
+(`predict_proba`, `probabilities`, `scores`, `logits`...) before labels, labels (`predict`,
+`label`, integer outputs) for `interface.output: label` — else the first. Without metadata
+outputs the first answer's name is kept from then on. For `interface.output: label` a server
+that answers one output only is read whatever its name (a label-only answer). An answer without
+the chosen output is an error naming the outputs the server has, never another tensor read in its
+place.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -33,6 +40,31 @@ NUMERIC = {"FP16", "FP32", "FP64", "INT8", "INT16", "INT32", "INT64", "UINT8", "
            "UINT64", "BOOL"}
 SENDS = ("FP32", "FP64")
 EXPLANATION = "explanation"
+
+
+LABELISH = re.compile(r"(^|[_\-.])(predict|predicted|label|labels|class|classes|argmax|output_label)$",
+                      re.IGNORECASE)
+PROBISH = re.compile(r"prob|score|softmax|logit|confidence", re.IGNORECASE)
+INTEGER = {"INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64", "BOOL"}
+
+
+def is_label(t: dict) -> bool:
+    """Whether a metadata or answer tensor looks like class labels (name or integer datatype)."""
+    name = str(t.get("name", ""))
+    return (bool(LABELISH.search(name)) and not PROBISH.search(name)) or \
+        str(t.get("datatype", "")).upper() in INTEGER
+
+
+def choose_output(outputs: list[dict], want_label: bool) -> dict | None:
+    """The output to ask for: labels first for a label interface (None when there is none: the
+    server's own answer is read), probabilities / scores first otherwise, then the first."""
+    outputs = [t for t in outputs if t.get("name") != EXPLANATION] or outputs
+    labels = [t for t in outputs if is_label(t)]
+    if want_label:
+        return labels[0] if labels else None
+    probs = [t for t in outputs if PROBISH.search(str(t.get("name", ""))) and not is_label(t)]
+    others = [t for t in outputs if not is_label(t)]
+    return (probs or others or outputs or [None])[0]
 
 
 class MetadataError(ValueError):
@@ -53,8 +85,10 @@ class OpenInferenceProtocol(WireProtocol):
         self.classification: int | None = spec.classification
         self.input_dims: list[int] | None = None  # non-batch dims from the metadata
         self.n_cols: int | None = None  # classes, for the classification extension
-        self.as_label = False  # classification answers read as the top-1 label
+        self.as_label = False  # interface.output: label (classification answers: the top-1 label)
         self.metadata: dict[str, Any] = {}
+        self.outputs: list[dict] = []  # the metadata's outputs
+        self.labels: list[str] | None = getattr(spec, "classes", None)  # string labels, in class order
 
     def target(self, explain: str | None) -> str:
         return path_suffix(self.url, "/infer")
@@ -88,6 +122,8 @@ class OpenInferenceProtocol(WireProtocol):
                                     f"metadata ({dtype})")
             self.datatype = dtype or self.datatype
             self.input_dims = self._dims(tin.get("shape"), dim)
+        self.outputs = outputs
+        tout = None
         if outputs:
             if self.output_name:
                 hit = [t for t in outputs if t.get("name") == self.output_name]
@@ -96,9 +132,15 @@ class OpenInferenceProtocol(WireProtocol):
                                         f"output of the model (outputs: {_names(outputs)})")
                 tout = hit[0]
             else:
-                tout = outputs[0]
+                tout = choose_output(outputs, self.as_label)
+        if tout is not None:
             dtype = str(tout.get("datatype", "")).upper()
-            if dtype and dtype not in NUMERIC and not (dtype == "BYTES" and self.classification):
+            params = tout.get("parameters")
+            named = params.get("classes") if isinstance(params, dict) else None
+            if self.labels is None and isinstance(named, list) and all(isinstance(c, str) for c in named):
+                self.labels = [str(c) for c in named]  # the metadata's class names
+            strings = dtype == "BYTES" and (self.classification or self.labels)
+            if dtype and dtype not in NUMERIC and not strings:
                 tname = clip(str(tout.get("name")), 40)
                 raise MetadataError(f"victim.endpoint.output_name: output {tname!r} "
                                     f"has datatype {clip(dtype, 20)}, which leakmeter does not read "
@@ -108,7 +150,9 @@ class OpenInferenceProtocol(WireProtocol):
                 self.n_cols = self.n_cols or int(shape[-1])
         self.metadata = {"model": clip(str(meta.get("name", "")), 80), "input": self.input_name,
                          "datatype": self.datatype, "output": self.output_name or (
-                             str(outputs[0].get("name")) if outputs else None)}
+                             str(tout.get("name")) if tout is not None else None)}
+        if len(outputs) > 1:
+            self.metadata["outputs"] = [clip(str(t.get("name")), 40) for t in outputs[:16]]
         return self.metadata
 
     def _dims(self, shape: Any, dim: int) -> list[int] | None:
@@ -142,7 +186,7 @@ class OpenInferenceProtocol(WireProtocol):
                                            "datatype": self.datatype, "data": x.reshape(-1).tolist()}]}
         if explain:
             out["parameters"] = {"explain": explain}
-        elif self.output_name or self.classification:
+        elif self.output_name or self.classification or self.metadata.get("output"):
             want: dict[str, Any] = {"name": self.output_name or self.metadata.get("output") or "output-0"}
             if self.classification:
                 want["parameters"] = {"classification": self.classification}
@@ -168,14 +212,31 @@ class OpenInferenceProtocol(WireProtocol):
                 raise AnswerError(f"the response has no explanation output (outputs: {_names(outputs)}): "
                                   "the server may ignore parameters.explain")
             return self._tensor(hit[0])
+        if predicted is None and self.as_label and len(outputs) == 1:  # a label-only answer
+            return self._tensor(outputs[0])
         if predicted is None:  # no outputs in the metadata: the first answer's name, from then on
             predicted = self.metadata["output"] = str(outputs[0].get("name"))
         hit = [t for t in outputs if t.get("name") == predicted]
         if not hit:
-            raise AnswerError(f"the response has no output {clip(predicted, 40)!r} (outputs: "
-                              f"{_names(outputs)}; the model's metadata names it; "
-                              "victim.endpoint.output_name picks another)")
+            has = f"; the model's metadata lists {_names(self.outputs)}" if self.outputs else ""
+            raise AnswerError(f"the response has no output {clip(predicted, 40)!r} (it answered "
+                              f"{_names(outputs)}{has}): set victim.endpoint.output_name to the output "
+                              "that holds the predictions, or interface.output: label if the server "
+                              "answers labels only")
+        if not self.as_label and not self.classification and self._labels_only(hit[0]):
+            raise AnswerError(f"output {clip(predicted, 40)!r} holds class labels, not "
+                              f"{'scores' if self.output_name else 'probabilities'}: set "
+                              "interface.output: label if the server answers labels only, or "
+                              "victim.endpoint.output_name to the output with the probabilities "
+                              f"(outputs: {_names(self.outputs or outputs)}; MLServer's scikit-learn "
+                              "runtime: predict_proba)")
         return self._tensor(hit[0])
+
+    def _labels_only(self, t: dict) -> bool:
+        """An answer of one class label per row where several columns were expected."""
+        shape = t.get("shape")
+        one_col = isinstance(shape, list) and (len(shape) <= 1 or shape[-1] == 1)
+        return bool(one_col and (self.n_cols or 0) > 1 and is_label(t))
 
     def _tensor(self, t: dict) -> np.ndarray:
         """The tensor's data as an array of its shape; AnswerError when they do not match."""
@@ -186,6 +247,13 @@ class OpenInferenceProtocol(WireProtocol):
             raise AnswerError(f"output {label!r} has no valid shape ({clip(str(shape), 60)})")
         if dtype == "BYTES" and self.classification:
             return self._classes(t.get("data"), shape, label)
+        if dtype == "BYTES" and self.labels:  # string class labels, mapped to their index
+            from victims.http.answers import decode
+
+            data = decode(t.get("data") if isinstance(t.get("data"), list) else [], self.labels)
+            if len(data) != (int(np.prod(shape)) if shape else 1):
+                raise AnswerError(f"output {label!r} has shape {shape} but {len(data)} labels")
+            return np.asarray(data, dtype=np.float64).reshape(shape)
         if dtype not in NUMERIC:
             raise AnswerError(f"output {label!r} has datatype {clip(dtype, 20) or 'none'}, which leakmeter "
                               "does not read (numbers; BYTES only with victim.endpoint.classification)")

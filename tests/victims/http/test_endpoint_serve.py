@@ -203,7 +203,8 @@ def test_cli_serve_and_scan_never_reveal_the_token(tmp_path, monkeypatch, tracki
         except subprocess.TimeoutExpired:
             proc.kill()
             out, err = proc.communicate()
-    assert ok.exit_code == 0, ok.output
+    assert ok.exit_code == 1 and "verdict: fail" in ok.output, ok.output  # risk high: the scan fails
+    assert "can be the next baseline" not in ok.output  # a failing run is never offered as one
     assert "baseline: none found" in ok.output and "HTTP requests" in ok.output
     assert bad.exit_code == 2 and "HTTP 401" in bad.output and "127.0.0.1" in bad.output
     assert "POST /invocations" in err  # the server's access log ran

@@ -72,7 +72,8 @@ def test_v2_reads_the_metadata_and_sends_fp32_values(servers):
     srv, victim = servers
     rv = remote(srv["kserve-v2"].url, protocol="kserve-v2")
     meta = rv.record["endpoint"]["metadata"]
-    assert meta == {"model": "digits", "input": "input-0", "datatype": "FP64", "output": "predictions"}
+    assert meta == {"model": "digits", "input": "input-0", "datatype": "FP64", "output": "predictions",
+                    "outputs": ["predictions", "explanation"]}
     # a scenario that asks FP32 of an FP64 model disagrees with its metadata: exit 2 naming the key
     with pytest.raises(BadInput, match=r"victim.endpoint.datatype: FP32 disagrees .*FP64"):
         remote(srv["kserve-v2"].url, protocol="kserve-v2", datatype="FP32")
