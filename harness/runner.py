@@ -13,6 +13,7 @@ import sys
 import time
 import traceback
 import zlib
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,7 +35,7 @@ from harness.errors import AttackFailed, AttackSkipped, BadInput, InterfaceError
 from harness.interrupts import Interrupted, deferred
 from harness.oracle import OFFERS, Oracle
 from harness.output import WarningsCapture, prune_empty
-from harness.progress import RunProgress, stage, sub_bar
+from harness.progress import RunProgress, busy, stage, sub_bar
 from harness.rero.product import rero_section
 from harness.run_outputs import finish, log_attack, log_scenario
 from harness.scenario import Scenario
@@ -115,7 +116,9 @@ def _run_scenario(s: Scenario, live: RunProgress, tracking_uri, out, json_path, 
     plan = plan_attacks(s)
     for note in s.notes():
         print(f"leakmeter: note: {note}", file=sys.stderr)
-    tracker = open_tracker(s, tracking_uri)
+    with busy(f"opening the MLflow store (experiment {s.tracking.experiment})") if s.tracking.enabled \
+            else nullcontext():
+        tracker = open_tracker(s, tracking_uri)
     caught = WarningsCapture().start()  # third-party warnings go to the report, not the terminal
     try:
         if victim is None:
@@ -157,8 +160,8 @@ def _run_scenario(s: Scenario, live: RunProgress, tracking_uri, out, json_path, 
             run_attack(check, oracle, victim, s, outdir, tracker, parent, entry)
             live.end_attack(_outcome(entry))
         settle_budget_stops(report["attacks"], s.policy.fail_on, s.defenses.query_budget)
-        stage("ReRo bounds")
-        report["rero"] = rero_section(s, victim, report["attacks"], outdir)
+        with busy("ReRo bounds"):
+            report["rero"] = rero_section(s, victim, report["attacks"], outdir)
     except Interrupted as exc:
         stop = exc
         report["interrupted"] = exc.name

@@ -39,14 +39,18 @@ from harness.threads import pin_threads
 def run(scenario, overrides, only, skip, json_path, out, tracking_uri, no_tracking, sarif_path, junit_path,
         auth_env, trust_model_code, threads) -> None:
     """Run every attack the SCENARIO's deployment allows and print the verdict."""
-    pin_threads(threads)
-    apply_trust(trust_model_code)
-    from pathlib import Path
+    from harness.progress import begin, busy
 
-    from harness.interrupts import Interrupted
-    from harness.runner import run_scenario
-    from harness.scenario import load_scenario
-    from reports.verdict import exit_code
+    begin(f"leakmeter run {scenario}")  # the first line, before the heavy imports
+    with busy("loading torch, MLflow and the attacks"):
+        pin_threads(threads)
+        apply_trust(trust_model_code)
+        from pathlib import Path
+
+        from harness.interrupts import Interrupted
+        from harness.runner import run_scenario
+        from harness.scenario import load_scenario
+        from reports.verdict import exit_code
 
     check_output_paths(out, json=json_path, sarif=sarif_path, junit=junit_path)
     s = load_scenario(scenario, list(overrides), auth_env)

@@ -170,7 +170,7 @@ class SpanNonAdaptive(Attack):
         aside = rows.new_zeros(0, d)
         s = torch.zeros(0, dtype=torch.float64)
         basis = torch.zeros(0, d, dtype=torch.float64)
-        bar = ctx.progress("span: gradient samples", max_samples) if ctx.progress else None
+        bar = ctx.progress("span: gradient samples", None) if ctx.progress else None  # until the rank stalls
         while samples < max_samples:
             n = min(params.batch, max_samples - samples, oracle.affordable(10**12) // per_point)
             if n <= 0:
