@@ -52,7 +52,7 @@ def finish(report: dict[str, Any], s: Scenario, tracker: Tracker, parent: str | 
     try:
         with busy("writing report.json, report.md and report.html (with plots)"):
             render.write_json(report, outdir / "report.json")
-            render.write_text(outdir / "report.md", render.to_markdown(report))
+            render.write_text(outdir / "report.md", render.to_markdown(report, s.public_dump()))
             write_html(report, outdir / "report.html", s.public_dump())
             if json_path:
                 render.write_json(report, json_path)
