@@ -139,6 +139,8 @@ def guarded(fn):
             _fail(f"interrupted by {exc.name}", 128 + exc.signum)
         except KeyboardInterrupt:
             _fail("interrupted", 130)
+        except click.exceptions.Abort:  # Ctrl-D or the end of input at a question
+            _fail("aborted: a question was left without an answer", 2)
         except click.exceptions.Exit:
             raise
         except SystemExit:
