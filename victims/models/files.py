@@ -19,6 +19,7 @@ archives and anything it does not recognise.
 from __future__ import annotations
 
 import json
+import math
 import struct
 import warnings
 import zipfile
@@ -248,6 +249,18 @@ def _read_tensors(path: Path, fmt: str, mmap: bool) -> dict[str, torch.Tensor]:
     return state
 
 
+def onnx_parameters(path: Path) -> int | None:
+    """The numbers an ONNX graph stores (its initializers: weights and biases), read with the
+    `onnx` package (never run); None without it or for a graph it cannot read."""
+    try:
+        import onnx
+
+        graph = onnx.load(str(path), load_external_data=False).graph
+        return int(sum(math.prod(t.dims) for t in graph.initializer))
+    except Exception:  # noqa: BLE001 - the count is a detail; onnxruntime still answers
+        return None
+
+
 class OnnxModel(nn.Module):
     """An ONNX graph answered by onnxruntime, as a torch module for the forward pass only.
 
@@ -289,6 +302,7 @@ class OnnxModel(nn.Module):
         rank = len(inputs[0].shape or [])
         self._shape = (-1, *input_shape) if rank == 1 + len(input_shape) else (-1, int(np.prod(input_shape)))
         self.precision = nn.Parameter(torch.zeros(0, dtype=dtype), requires_grad=False)
+        self.n_parameters = onnx_parameters(path)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n = len(x)
