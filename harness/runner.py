@@ -191,7 +191,7 @@ def _run_scenario(s: Scenario, live: RunProgress, tracking_uri, out, json_path, 
 def _utility_line(victim) -> str:
     u = ", ".join(f"{k} {v:.3f}" for k, v in victim.utility.items())
     n = victim.record.get("parameters")
-    if not u and n is None:
+    if not u and n is None and isinstance(victim.record.get("endpoint"), dict):
         return "an endpoint: no local model to measure"
     return f"{u or 'no test split'}; {n if n is not None else '?'} parameters"
 

@@ -400,7 +400,7 @@ def judge_span(m: dict[str, float]) -> tuple[str | None, str]:
         if r == 0:
             return "low", f"no subspace was recovered ({q} queries)"
         if e is None:
-            return None, (f"a rank-{r} subspace that no held-out probe of the endpoint verified "
+            return None, (f"a rank-{r} subspace that no held-out probe of the deployed model verified "
                           f"({q} queries)")
         lvl = "high" if e >= 0.999 else "medium" if e >= 0.99 else "low"
         return lvl, (f"a rank-{r} subspace holding {e:.2%} of fresh gradients' energy was "
