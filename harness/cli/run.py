@@ -110,7 +110,7 @@ def _files_exist(s) -> None:
             raise BadInput(f"{key}: {path}: no such {'folder' if folder else 'file'}")
 
 
-@click.command(epilog="Example: leakmeter attacks  (then: leakmeter run S.yaml --attacks surrogate,mia_lira)")
+@click.command()
 def attacks() -> None:
     """List the registered attacks: what each does, the APIs it works on, and its paper."""
     from harness.attack_catalog import catalog  # the attacks' declarations, without importing torch
