@@ -117,10 +117,10 @@ def _apply(base, changes):
 def _invoke(tmp_path, data, command):
     p = tmp_path / "m.yaml"
     p.write_text(yaml.safe_dump(data, allow_unicode=False))
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU time: a busy machine does not stretch it
     res = CliRunner().invoke(main, [command, str(p), *(["--no-tracking", "--out", str(tmp_path / "o")]
                                                        if command == "run" else [])])
-    return res, time.perf_counter() - t0
+    return res, time.process_time() - t0
 
 
 def _check(res, took, allowed, limit):
