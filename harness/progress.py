@@ -48,10 +48,12 @@ def begin(text: str) -> None:
 
 
 @contextmanager
-def busy(text: str):
-    """A stage of the run that is not an attack (`writing the reports`): its stage line, and on a
-    terminal a live line with the seconds it has taken, redrawn until it ends."""
-    stage(text)
+def busy(text: str, announce: bool = True):
+    """A stage of the run that is not an attack (`writing the reports`): its stage line (unless
+    `announce` is off: a line above said it), and on a terminal a live line with the seconds it has
+    taken, redrawn until it ends."""
+    if announce:
+        stage(text)
     if (_current is None and _T0 is None) or _hidden() or _cell:
         yield
         return

@@ -41,8 +41,8 @@ def run(scenario, overrides, only, skip, json_path, out, tracking_uri, no_tracki
     """Run every attack the SCENARIO's deployment allows and print the verdict."""
     from harness.progress import begin, busy
 
-    begin(f"leakmeter run {scenario}")  # the first line, before the heavy imports
-    with busy("loading torch, MLflow and the attacks"):
+    begin(f"{scenario}: loading torch, MLflow and the attacks")  # the first line, before they load
+    with busy("loading torch, MLflow and the attacks", announce=False):
         pin_threads(threads)
         apply_trust(trust_model_code)
         from pathlib import Path
