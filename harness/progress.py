@@ -170,6 +170,16 @@ class AttackBar:
         self.tq = tqdm(total=None, desc=label, unit="q", leave=False, disable=self.hidden,
                        dynamic_ncols=True)
         self._ceiling()
+        self._done = threading.Event()
+        if not self.hidden:  # redrawn every second: its clock moves while the attack trains models
+            threading.Thread(target=self._tick, daemon=True).start()
+
+    def _tick(self) -> None:
+        while not self._done.wait(1.0):
+            try:
+                self.tq.refresh()
+            except Exception:  # noqa: BLE001 - a bar closing under the redraw: nothing to draw
+                return
 
     def _ceiling(self) -> None:
         if self.budget is not None:
@@ -203,6 +213,7 @@ class AttackBar:
         self.tq.update(self.queries)
 
     def close(self) -> None:
+        self._done.set()
         self.tq.close()
 
 
