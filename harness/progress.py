@@ -9,8 +9,10 @@ progress, with the queries as a suffix. Training the attacker's reference or sha
 stage line of the attack (`training 16 reference models`), never a bar of its own. Bars hide in CI
 and when stderr is not a terminal.
 
-The clock starts when the command starts (`begin`, called before torch and MLflow are imported, so
-the first line says within a second what is loading), else when the run starts. Work between
+The clock starts when the command starts (`begin`, before torch and MLflow are imported: on a
+terminal a live line says at once what is loading, and is erased when it is done, so bad input still
+ends in its one line; off a terminal the first stage line's time shows how long loading took), else
+when the run starts. Work between
 attacks that can take seconds (reports, plots, MLflow) is a stage line, and on a terminal a live
 spinner (`busy`) with the time it has taken so far.
 """
@@ -39,12 +41,10 @@ def _line(t0: float, text: str) -> str:
     return f"leakmeter: [{time.perf_counter() - t0:6.1f} s] {cell}{text}"
 
 
-def begin(text: str) -> None:
-    """The command's first stage line, printed at once (before the heavy imports); it starts the
-    clock later stage lines count from."""
+def begin() -> None:
+    """Start the clock stage lines count from (the command's start, before the heavy imports)."""
     global _T0
     _T0 = time.perf_counter()
-    print(_line(_T0, text), file=sys.stderr, flush=True)
 
 
 @contextmanager
@@ -60,10 +60,12 @@ def busy(text: str, announce: bool = True):
     done = threading.Event()
     started = time.perf_counter()
 
-    def spin() -> None:
-        while not done.wait(0.5):
+    def spin() -> None:  # drawn at once, redrawn twice a second, erased at the end
+        while True:
             sys.stderr.write(f"\r  … {text} ({time.perf_counter() - started:.0f} s)\x1b[K")
             sys.stderr.flush()
+            if done.wait(0.5):
+                break
         sys.stderr.write("\r\x1b[K")
         sys.stderr.flush()
 

@@ -41,8 +41,8 @@ def run(scenario, overrides, only, skip, json_path, out, tracking_uri, no_tracki
     """Run every attack the SCENARIO's deployment allows and print the verdict."""
     from harness.progress import begin, busy
 
-    begin(f"{scenario}: loading torch, MLflow and the attacks")  # the first line, before they load
-    with busy("loading torch, MLflow and the attacks", announce=False):
+    begin()  # the clock starts here; on a terminal a live line says at once what loads
+    with busy(f"loading torch, MLflow and the attacks for {scenario}", announce=False):
         pin_threads(threads)
         apply_trust(trust_model_code)
         from pathlib import Path
