@@ -116,8 +116,9 @@ def _run_scenario(s: Scenario, live: RunProgress, tracking_uri, out, json_path, 
     plan = plan_attacks(s)
     for note in s.notes():
         print(f"leakmeter: note: {note}", file=sys.stderr)
-    with busy(f"opening the MLflow store (experiment {s.tracking.experiment})") if s.tracking.enabled \
-            else nullcontext():
+    # live only (a bad store is bad input: its one line must stand alone)
+    with busy(f"opening the MLflow store (experiment {s.tracking.experiment})", announce=False) \
+            if s.tracking.enabled else nullcontext():
         tracker = open_tracker(s, tracking_uri)
     caught = WarningsCapture().start()  # third-party warnings go to the report, not the terminal
     try:
