@@ -235,3 +235,21 @@ def test_terminal_run_names_each_attack_with_one_live_bar(tmp_path):
     # on a terminal, a live line says at once what is loading (and is erased when it is done)
     first = next(p for p in pieces if p.strip())
     assert first.startswith("  … loading torch, MLflow and the attacks for tty.yaml (0 s)"), pieces[:3]
+
+
+def test_mlflow_runs_page_shows_verdict_risk_and_scenario(two_runs):
+    """A colleague on MLflow's runs page: the experiment opens on its runs (MLflow 3's experiment
+    kind), each run's name says its verdict and risk, `verdict`, `risk` and `scenario` are tags to
+    add as columns, and report.html is an artifact of the run."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=two_runs["uri"])
+    exp = client.get_experiment_by_name("widths")
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    for rep in two_runs["reports"]:
+        run = client.get_run(rep["mlflow_run_id"])
+        risk = rep["risk"] or "none"
+        assert run.info.run_name == f"widths: {rep['verdict'].upper()} (risk {risk})"
+        assert (run.data.tags["verdict"], run.data.tags["risk"], run.data.tags["scenario"]) == (
+            rep["verdict"], risk, "widths")
+        assert "report.html" in [a.path for a in client.list_artifacts(run.info.run_id)]
