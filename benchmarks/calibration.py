@@ -142,7 +142,7 @@ PANEL = [
         {"kind": "prediction", "output": "probabilities"}),
     Deployment("budget500-gradient", "gradient API, budget 500, gradient_exact only", mlp(),
                {"kind": "gradient", "output": "probabilities"}, {"query_budget": 500},
-               [{"name": "gradient_exact"}], quick=True),
+               [{"name": "gradient_exact"}]),  # budget2000-fde covers a budget stop in the quick panel
     Deployment("budget2000-fde", "probabilities, budget 2000, finite_difference_exact only", mlp(),
                {"kind": "prediction", "output": "probabilities"}, {"query_budget": 2000},
                [{"name": "finite_difference_exact"}], quick=True),

@@ -139,7 +139,8 @@ def gather_experiment(uri: str, experiment: str, run_ids: list[str]) -> tuple[li
                 continue
             settings = {k: parse_value(r.data.params[k]) if k in r.data.params else None for k in keys}
             records.append({"run_id": r.info.run_id, "settings": settings,
-                            "seed": parse_value(r.data.params.get("seed", "0")), "report": rep})
+                            "seed": parse_value(r.data.params.get("seed", "0")), "report": rep,
+                            "model": Path(r.data.params.get("victim.model.path") or "").name or None})
             cv = _curves(client, exp.experiment_id, r.info.run_id)
             if cv:
                 curves[label_of(settings) + f", seed={records[-1]['seed']} ({r.info.run_id[:8]})"] = cv
@@ -154,16 +155,26 @@ def run_compare(uri: str, records: list[dict], curves: dict, out: Path, log_to: 
     onto run `log_to` (a sweep's own run), or onto a new "compare" run in `experiment_id` (only
     when asked: the user's experiment holds their runs), or nowhere when both are None. Returns
     (cmp, files, run id or None)."""
+    import warnings
+
     from reports import compare as C
     from reports.plots import all_plots
 
+    why = C.incomparable(records)
+    if why:
+        raise BadInput(f"compare: {why}")
     cmp = C.compare(records)
     out.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings(record=True) as caught:  # matplotlib's notes: into compare.json
+        warnings.simplefilter("always")
+        plots = all_plots(cmp, curves, out / "plots")
+    notes = sorted({f"{w.category.__name__}: {' '.join(str(w.message).split())}" for w in caught})
+    if notes:
+        cmp["warnings"] = notes
     files = [out / "compare.json", out / "compare.md", out / "compare.txt"]
     files[0].write_text(C.to_json(cmp))
     files[1].write_text(C.to_markdown(cmp))
     files[2].write_text(C.to_table(cmp))
-    plots = all_plots(cmp, curves, out / "plots")
     if log_to is None and experiment_id is None:
         return cmp, files + plots, None
     client = _client(uri)

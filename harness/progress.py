@@ -2,25 +2,80 @@
 the run started (`leakmeter: [  12.3 s] attack 2/5 surrogate: running`), on a terminal and off
 it alike, and on a terminal one live bar for the attack that is running.
 
-The bar counts the attack's queries against its budget (one attacker's quota), or, when the attack
-reports progress of its own (gradient samples, shadow models, steps), that progress, with the
-queries as a suffix. Training the attacker's reference or shadow models is a stage line of the
-attack (`training 16 reference models`), never a bar of its own. Bars hide in CI and when stderr
-is not a terminal (`progress_disabled`).
+The bar counts the attack's queries (the query budget, a ceiling, as a suffix: no total, since
+how many it asks is the attack's to decide), or, when the attack reports progress of its own with a
+known total (shadow models, steps; none where the attack stops when its own curve does), that
+progress, with the queries as a suffix. Training the attacker's reference or shadow models is a
+stage line of the attack (`training 16 reference models`), never a bar of its own. Bars hide in CI
+and when stderr is not a terminal.
+
+The clock starts when the command starts (`begin`, before torch and MLflow are imported: on a
+terminal a live line says at once what is loading, and is erased when it is done, so bad input still
+ends in its one line; off a terminal the first stage line's time shows how long loading took), else
+when the run starts. Work between
+attacks that can take seconds (reports, plots, MLflow) is a stage line, and on a terminal a live
+spinner (`busy`) with the time it has taken so far.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from typing import Any
-
-from tqdm.auto import tqdm
-
-from victims.models.training import progress_disabled
 
 _current: RunProgress | None = None
 _cell: str = ""  # a sweep cell's label: its runs' lines say which cell, and draw no bars
+_T0: float | None = None  # when the command started (`begin`)
+
+
+def _hidden() -> bool:
+    """Live bars hide in CI and when stderr is not a terminal (as victims' training bars do)."""
+    return bool(os.environ.get("CI")) or not sys.stderr.isatty()
+
+
+def _line(t0: float, text: str) -> str:
+    cell = f"[{_cell}] " if _cell else ""
+    return f"leakmeter: [{time.perf_counter() - t0:6.1f} s] {cell}{text}"
+
+
+def begin() -> None:
+    """Start the clock stage lines count from (the command's start, before the heavy imports)."""
+    global _T0
+    _T0 = time.perf_counter()
+
+
+@contextmanager
+def busy(text: str, announce: bool = True):
+    """A stage of the run that is not an attack (`writing the reports`): its stage line (unless
+    `announce` is off: a line above said it), and on a terminal a live line with the seconds it has
+    taken, redrawn until it ends."""
+    if announce:
+        stage(text)
+    if (_current is None and _T0 is None) or _hidden() or _cell:
+        yield
+        return
+    done = threading.Event()
+    started = time.perf_counter()
+
+    def spin() -> None:  # drawn at once, redrawn twice a second, erased at the end
+        while True:
+            sys.stderr.write(f"\r  … {text} ({time.perf_counter() - started:.0f} s)\x1b[K")
+            sys.stderr.flush()
+            if done.wait(0.5):
+                break
+        sys.stderr.write("\r\x1b[K")
+        sys.stderr.flush()
+
+    t = threading.Thread(target=spin, daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        done.set()
+        t.join()
 
 
 def sweep_cell(label: str) -> None:
@@ -31,15 +86,20 @@ def sweep_cell(label: str) -> None:
 
 
 def stage(text: str) -> None:
-    """A stage line of the run in progress (nothing outside a run: a library call stays quiet)."""
+    """A stage line of the run in progress, or of a command that called `begin` (nothing else: a
+    library call stays quiet)."""
     if _current is not None:
         _current.stage(text)
+    elif _T0 is not None:
+        print(_line(_T0, text), file=sys.stderr, flush=True)
 
 
 def sub_bar(desc: str, total: int | None) -> Any:
     """A tqdm-like bar for an attack's own progress: the running attack's bar, or a hidden one."""
     if _current is not None and _current.bar is not None:
         return _current.bar.sub(desc, total)
+    from tqdm.auto import tqdm
+
     return tqdm(total=total, desc=desc, disable=True)
 
 
@@ -47,10 +107,10 @@ class RunProgress:
     """The clock, the stage lines and the live bar of one run (`with RunProgress(): ...`)."""
 
     def __init__(self, prefix: str = "") -> None:
-        self.t0 = time.perf_counter()
+        self.t0 = _T0 if _T0 is not None else time.perf_counter()
         self.prefix = prefix  # the attack a stage line belongs to, when one is running
         self.bar: AttackBar | None = None
-        self._started = self.t0
+        self._started = time.perf_counter()
         self._outer: RunProgress | None = None
 
     def __enter__(self) -> RunProgress:
@@ -64,9 +124,10 @@ class RunProgress:
         _current = self._outer
 
     def stage(self, text: str) -> None:
-        cell = f"[{_cell}] " if _cell else ""
-        line = f"leakmeter: [{time.perf_counter() - self.t0:6.1f} s] {cell}{self.prefix}{text}"
+        line = _line(self.t0, f"{self.prefix}{text}")
         if self.bar is not None and not self.bar.hidden:
+            from tqdm.auto import tqdm
+
             tqdm.write(line, file=sys.stderr)  # above the live bar, which redraws below it
         else:
             print(line, file=sys.stderr, flush=True)
@@ -101,11 +162,30 @@ class AttackBar:
     """One live bar for the running attack (see the module docstring)."""
 
     def __init__(self, label: str, budget: int | None) -> None:
+        from tqdm.auto import tqdm
+
         self.label, self.budget, self.queries = label, budget, 0
-        self.hidden = progress_disabled() or bool(_cell)
+        self.hidden = _hidden() or bool(_cell)
         self.own = False  # showing the attack's own progress, queries as a suffix
-        self.tq = tqdm(total=budget, desc=label, unit="q", leave=False, disable=self.hidden,
+        # no total: how many queries an attack asks is its own to decide (a budget is a ceiling,
+        # not a forecast: a bar towards it would end at 2% with an ETA of hours)
+        self.tq = tqdm(total=None, desc=label, unit="q", leave=False, disable=self.hidden,
                        dynamic_ncols=True)
+        self._ceiling()
+        self._done = threading.Event()
+        if not self.hidden:  # redrawn every second: its clock moves while the attack trains models
+            threading.Thread(target=self._tick, daemon=True).start()
+
+    def _tick(self) -> None:
+        while not self._done.wait(1.0):
+            try:
+                self.tq.refresh()
+            except Exception:  # noqa: BLE001 - a bar closing under the redraw: nothing to draw
+                return
+
+    def _ceiling(self) -> None:
+        if self.budget is not None:
+            self.tq.set_postfix_str(f"query budget {self.budget}", refresh=False)
 
     def on_queries(self, n: int) -> None:
         self.queries += n
@@ -119,19 +199,23 @@ class AttackBar:
         desc = desc.removeprefix(f"{name}: ")
         self.own = True
         self.tq.reset(total=total)
+        self.tq.total = total  # reset(total=None) would keep the old total
         self.tq.unit = "it"
         self.tq.set_description(f"{self.label}: {desc}", refresh=False)
         return _SubBar(self)
 
     def back_to_queries(self) -> None:
         self.own = False
-        self.tq.reset(total=self.budget)
+        self.tq.reset()
+        self.tq.total = None
         self.tq.unit = "q"
         self.tq.set_description(self.label, refresh=False)
         self.tq.set_postfix_str("", refresh=False)
+        self._ceiling()
         self.tq.update(self.queries)
 
     def close(self) -> None:
+        self._done.set()
         self.tq.close()
 
 

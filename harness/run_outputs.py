@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from harness.attacks.base import Artifact
-from harness.output import ours
+from harness.progress import busy
 from harness.scenario import Scenario, flatten
 from reports import render
 from reports.html import write_html
@@ -53,19 +53,34 @@ def finish(report: dict[str, Any], s: Scenario, tracker: Tracker, parent: str | 
     report["mlflow_run_id"] = parent
     report["tracking_uri"] = SECRETS.scrub(tracker.uri) if tracker.enabled else None  # after scrub_in_place
     try:
-        render.write_json(report, outdir / "report.json")
-        render.write_text(outdir / "report.md", render.to_markdown(report))
-        write_html(report, outdir / "report.html", s.public_dump())
-        if json_path:
-            render.write_json(report, json_path)
-        tracker.metrics(parent, summary_metrics(report))
-        tracker.tags(parent, {"verdict": report["verdict"], "risk": report.get("risk") or "none"})
-        for name in ("report.json", "report.md"):
-            tracker.artifact(parent, outdir / name)
-        for extra in ours(sorted(outdir.glob("*.png")) + sorted(outdir.glob("*.html")), keep, since):
-            tracker.artifact(parent, extra)
+        with busy("writing report.json, report.md and report.html (with plots)"):
+            render.write_json(report, outdir / "report.json")
+            render.write_text(outdir / "report.md", render.to_markdown(report, s.public_dump()))
+            write_html(report, outdir / "report.html", s.public_dump())
+            if json_path:
+                render.write_json(report, json_path)
+        if tracker.enabled:
+            with busy("logging the run to MLflow"):
+                _log_parent(report, s, tracker, parent, outdir, keep, since)
     finally:
         tracker.end(parent, status)
+
+
+def _log_parent(report: dict[str, Any], s: Scenario, tracker: Tracker, parent: str | None,
+                outdir: Path, keep: frozenset[str] = frozenset(), since: float = 0.0) -> None:
+    """The parent run's summary metrics, its verdict columns (tags `verdict`, `risk`, `scenario`,
+    and a run name that says them: the runs page shows it without a column chosen) and the report
+    files (report.html opens from the run's Artifacts tab); other figures and pages only when this run
+    wrote them."""
+    tracker.metrics(parent, summary_metrics(report))
+    risk = report.get("risk") or "none"
+    tracker.tags(parent, {"verdict": report["verdict"], "risk": risk, "scenario": s.name})
+    tracker.rename(parent, f"{s.name}: {str(report['verdict']).upper()} (risk {risk})")
+    for name in ("report.html", "report.md", "report.json"):
+        tracker.artifact(parent, outdir / name)
+    for extra in sorted(outdir.glob("*.png")) + [h for h in sorted(outdir.glob("*.html"))
+                                                   if h.name != "report.html"]:
+        tracker.artifact(parent, extra)
 
 
 def summary_metrics(report: dict[str, Any]) -> dict[str, float]:

@@ -13,6 +13,7 @@ import sys
 import time
 import traceback
 import zlib
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,7 +35,7 @@ from harness.errors import AttackFailed, AttackSkipped, BadInput, InterfaceError
 from harness.interrupts import Interrupted, deferred
 from harness.oracle import OFFERS, Oracle
 from harness.output import WarningsCapture, existing, prune_empty
-from harness.progress import RunProgress, stage, sub_bar
+from harness.progress import RunProgress, busy, stage, sub_bar
 from harness.rero.product import rero_section
 from harness.run_outputs import finish, log_attack, log_scenario
 from harness.scenario import Scenario
@@ -117,7 +118,10 @@ def _run_scenario(s: Scenario, live: RunProgress, tracking_uri, out, json_path, 
     plan = plan_attacks(s)
     for note in s.notes():
         print(f"leakmeter: note: {note}", file=sys.stderr)
-    tracker = open_tracker(s, tracking_uri)
+    # live only (a bad store is bad input: its one line must stand alone)
+    with busy(f"opening the MLflow store (experiment {s.tracking.experiment})", announce=False) \
+            if s.tracking.enabled else nullcontext():
+        tracker = open_tracker(s, tracking_uri)
     caught = WarningsCapture().start()  # third-party warnings go to the report, not the terminal
     try:
         policy = devices.activate(s.device) if victim is None else devices.current(s.device)
@@ -161,8 +165,8 @@ def _run_scenario(s: Scenario, live: RunProgress, tracking_uri, out, json_path, 
             run_attack(check, oracle, victim, s, outdir, tracker, parent, entry)
             live.end_attack(_outcome(entry))
         settle_budget_stops(report["attacks"], s.policy.fail_on, s.defenses.query_budget)
-        stage("ReRo bounds")
-        report["rero"] = rero_section(s, victim, report["attacks"], outdir)
+        with busy("ReRo bounds"):
+            report["rero"] = rero_section(s, victim, report["attacks"], outdir)
     except Interrupted as exc:
         stop = exc
         report["interrupted"] = exc.name
@@ -193,7 +197,7 @@ def _run_scenario(s: Scenario, live: RunProgress, tracking_uri, out, json_path, 
 def _utility_line(victim) -> str:
     u = ", ".join(f"{k} {v:.3f}" for k, v in victim.utility.items())
     n = victim.record.get("parameters")
-    if not u and n is None:
+    if not u and n is None and isinstance(victim.record.get("endpoint"), dict):
         return "an endpoint: no local model to measure"
     out = victim.record.get("model_output")
     return f"{u or 'no test split'}; {n if n is not None else '?'} parameters" + (f"; {out}" if out else "")

@@ -370,7 +370,7 @@ def scenario_text(a: Answers, folder: Path) -> str:
         _c("  fail_on: high", "the lowest risk that fails the run (exit 1)"),
         _c("  on_inconclusive: fail", "an attack that could not finish fails CI too (exit 4)"),
         "tracking:",
-        _c("  experiment: leakmeter", "MLflow experiment (default store: ./mlflow.db)"),
+        _c(f"  experiment: {name}", "MLflow experiment, one per model: `compare` ranks within one"),
     ]
     return "\n".join(lines) + "\n"
 

@@ -31,6 +31,34 @@ def key_metric(metrics: dict[str, Any]) -> str | None:
     return rest[0] if rest else None
 
 
+def subject(record: dict[str, Any]) -> str:
+    """What a run measured utility on, in words: the model file (when given) and the data set, its
+    task and the utility metric ("digits, multiclass, test accuracy"). Runs of one subject share a
+    utility axis; `record["model"]` (the model file, when the caller knows it) names the model."""
+    rep = record.get("report") or {}
+    vic = rep.get("victim") or {}
+    data = vic.get("data") if isinstance(vic.get("data"), dict) else {}
+    kind = "test R²" if "test_r2" in vic else "test accuracy" if "test_accuracy" in vic else "no utility"
+    where = data.get("path") or data.get("dataset") or "?"
+    parts = [str(record["model"])] if record.get("model") else []
+    return ", ".join(parts + [str(where), str(data.get("task") or "?"), kind])
+
+
+def incomparable(records: list[dict[str, Any]]) -> str | None:
+    """Why these runs cannot be ranked on one utility axis (runs of different models, data sets or
+    tasks: accuracy beside R², one model's accuracy beside another's), or None when they can."""
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[subject(r)] = counts.get(subject(r), 0) + 1
+    if len(counts) < 2:
+        return None
+    shown = "; ".join(f"{k}: {n} run(s)" for k, n in list(counts.items())[:4]) + (
+        f"; and {len(counts) - 4} more" if len(counts) > 4 else "")
+    return (f"the runs are of {len(counts)} different models or tasks ({shown}), whose utilities are not "
+            "one axis; compare the runs of one model (one experiment per model, as `init` writes it, "
+            "or --runs ID ...)")
+
+
 def success_of(metrics: dict[str, Any]) -> float | None:
     """How much of its goal an attack reached, in [0, 1], when its metrics say so; else None."""
     for k in ("success_rate", "agreement", "fidelity", "prediction_kept"):

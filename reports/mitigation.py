@@ -107,6 +107,26 @@ def paper_citations(paper: str | None) -> list[dict[str, Any]]:
     return out
 
 
+def paper_names(paper: str) -> str:
+    """An attack's `paper` field with each paper named as a reader knows it ("000 App. C" →
+    "Milli et al. 2019, App. C"); names it does not know are kept as written."""
+    out = []
+    for part in str(paper or "").split(";"):
+        part = part.strip()
+        found = paper_citations(part)
+        if not found:
+            out.append(part)
+            continue
+        c = found[0]
+        short = str(c.get("short", c["id"]))
+        authors, _, venue = short.partition(" (")
+        year = venue.rstrip(")").split()[-1] if venue else ""
+        first = authors.split(",")[0].strip()
+        name = f"{first} et al. {year}" if "," in authors else f"{first} {year}"
+        out.append(f"{name}, {c['section']}" if c["section"] else name)
+    return "; ".join(out)
+
+
 def paper_citation(paper: str | None) -> dict[str, Any] | None:
     """The first paper an attack's `paper` field names (see `paper_citations`), or None."""
     found = paper_citations(paper)

@@ -61,8 +61,43 @@ def _flags(row: dict[str, Any]) -> str:
     return ", ".join(flags) or "—"
 
 
-def to_markdown(report: dict[str, Any]) -> str:
-    """A human-readable summary: verdict first, then victim, privacy, bounds and attacks."""
+def _why(a: dict[str, Any]) -> str:
+    """An attack's reason as report.md prints it: the one place its text (from the attack, perhaps
+    echoing an endpoint) is formatted for Markdown."""
+    return md_inline(a.get("reason", ""))  # outside text: one line, no markup
+
+
+def _findings(report: dict[str, Any], scenario: dict[str, Any] | None) -> list[str]:
+    """"What to change": for each attack that showed medium or high risk or did not finish (worst
+    first), its advice (reports/advice), filled from its numbers; a line said once."""
+    from reports.mitigation import advice_for, render_advice
+
+    order = {"high": 0, "medium": 1}
+    found = [a for a in report.get("attacks", [])
+             if a.get("risk") in order or a.get("status") in ("incomplete", "error")]
+    if not found:
+        return []
+    lines, said = ["## What to change", ""], set()
+    for a in sorted(found, key=lambda a: order.get(a.get("risk"), 2)):
+        try:
+            title = advice_for(str(a.get("name", "")), a.get("family"))["title"]
+            advice = render_advice(a, report, scenario)
+        except (OSError, ValueError, KeyError):
+            title, advice = str(a.get("name")), []
+        what = a.get("risk") or a.get("status")
+        lines += [f"### {title} ({a.get('name')}: {what})", ""]
+        new = [t for t in advice if t not in said]
+        said.update(new)
+        lines += [f"- {t}" for t in new] or ["- (see above)"]
+        lines.append("")
+    return lines
+
+
+def to_markdown(report: dict[str, Any], scenario: dict[str, Any] | None = None) -> str:
+    """A human-readable summary: the verdict, what to change, one line per attack; then the
+    victim, privacy, bounds, and each attack's metrics (collapsed)."""
+    from reports.summary import headline, status_text
+
     v = str(report.get("verdict") or "error")
     lines = [
         f"# leakmeter report: {md_inline(report.get('scenario'))}",
@@ -75,15 +110,25 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines += [md_inline(report["verdict_reason"]), ""]
     if report.get("interrupted"):
         lines += [f"**Interrupted by {report['interrupted']}:** the results below are partial.", ""]
+    if report.get("error"):
+        lines += [f"**The run crashed:** {md_inline(report['error'])}", ""]
+    lines += _findings(report, scenario)
+    lines += ["## Attacks", "",
+              "| attack | family | status | stopped by | risk | figure | queries | wall s | why |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for a in report.get("attacks", []):
+        lines.append(
+            f"| {a.get('name')} | {a.get('family', '')} | {a.get('status') or '?'} | "
+            f"{a.get('stopped_by') or '-'} | {a.get('risk') or '-'} | {headline(a) or '-'} | "
+            f"{a.get('queries', 0)} | {_fmt(a.get('wall_s', 0.0))} | {_why(a)} |"
+        )
     shown = (("leakmeter_version", "leakmeter"), ("started_at", "started"), ("duration_s", "took (s)"),
              ("device", "device"))
     run = [f"{label} {report[k]}" for k, label in shown if report.get(k) is not None]
     if run:
-        lines += ["; ".join(run), ""]
-    if report.get("error"):
-        lines += [f"**The run crashed:** {md_inline(report['error'])}", ""]
+        lines += ["", "; ".join(run)]
     vic = report.get("victim") or {}
-    lines += ["## Victim", ""]
+    lines += ["", "## Victim", ""]
     for k, val in vic.items():
         if not isinstance(val, dict | list):
             lines.append(f"- {md_inline(k)}: {md_inline(_fmt(val))}")
@@ -117,22 +162,17 @@ def to_markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {_cell(r.get('prior_desc') or r.get('prior'))} | {_cell(r.get('eta'))} | "
                          f"{_cell(r.get('kappa'))} | {_cell(r.get('gamma'))} | {_cell(r.get('bound'))} | "
                          f"{_flags(r)} |")
-    lines += ["", "## Attacks", "",
-              "| attack | family | status | stopped by | risk | queries | wall s | why |",
-              "|---|---|---|---|---|---|---|---|"]
-    for a in report.get("attacks", []):
-        lines.append(
-            f"| {a.get('name')} | {a.get('family', '')} | {a.get('status') or '?'} | "
-            f"{a.get('stopped_by') or '-'} | {a.get('risk') or '-'} | {a.get('queries', 0)} | "
-            f"{_fmt(a.get('wall_s', 0.0))} | {md_inline(a.get('reason', ''))} |"
-        )
-    for a in report.get("attacks", []):
-        if a.get("metrics"):
-            lines += ["", f"### {a.get('name')}", ""]
-            if a.get("progress"):
-                lines.append(f"Progress: {md_inline(a['progress'])}.")
-            lines += [f"- {k}: {_fmt(val)}" for k, val in sorted(a["metrics"].items())]
-            lines += [f"- note: {md_inline(n)}" for n in a.get("notes", [])]
+    detailed = [a for a in report.get("attacks", []) if a.get("metrics")]
+    if detailed:
+        lines += ["", "## Each attack's measurements", ""]
+    for a in detailed:
+        lines += [f"### {a.get('name')} ({status_text(a)}, risk {a.get('risk') or '-'})", ""]
+        if a.get("progress"):
+            lines += [f"Progress: {md_inline(a['progress'])}.", ""]
+        lines += [f"- note: {md_inline(n)}" for n in a.get("notes", [])]
+        lines += ["", f"<details><summary>{len(a['metrics'])} metrics</summary>", ""]
+        lines += [f"- {k}: {_fmt(val)}" for k, val in sorted(a["metrics"].items())]
+        lines += ["", "</details>", ""]
     if report.get("warnings"):
         lines += ["", "## Warnings raised during the run", ""]
         lines += [f"- {md_inline(w.get('category'))}: {md_inline(w.get('message'))} "

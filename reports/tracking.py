@@ -38,6 +38,9 @@ PROBE_TIMEOUT_S = 6.0  # one attempt: a server that answers nothing in 6 s is no
 LOCKED_RETRY_S = 60.0  # how long "database is locked" is retried
 
 
+# MLflow 3's UI opens an experiment of this kind on its runs (not on the GenAI "Traces" page)
+KIND = {"mlflow.experimentKind": "custom_model_development"}
+
 TEXT_SUFFIXES = {".json", ".md", ".html", ".yaml", ".yml", ".txt", ".csv", ".log"}
 
 
@@ -220,15 +223,17 @@ class Tracker:
 
     def _experiment_id(self, name: str) -> str:
         exp = self.client.get_experiment_by_name(name)
-        if exp is not None:
-            return exp.experiment_id
-        try:
-            return self.client.create_experiment(name)
-        except Exception:  # noqa: BLE001 - another process created it first
-            exp = self.client.get_experiment_by_name(name)
-            if exp is None:
-                raise
-            return exp.experiment_id
+        if exp is None:
+            try:
+                exp = self.client.get_experiment(self.client.create_experiment(name, tags=dict(KIND)))
+            except Exception:  # noqa: BLE001 - another process created it first
+                exp = self.client.get_experiment_by_name(name)
+                if exp is None:
+                    raise
+        key, kind = next(iter(KIND.items()))
+        if key not in exp.tags:  # an experiment made before: opened on its runs from now on
+            self.client.set_experiment_tag(exp.experiment_id, key, kind)
+        return exp.experiment_id
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return _retrying(getattr(self.client, method), *args, **kwargs)
@@ -246,6 +251,11 @@ class Tracker:
             tags["leakmeter.process"] = owner
         run = self._call("create_run", self.experiment_id, run_name=self.scrub(name), tags=tags)
         return run.info.run_id
+
+    def rename(self, run_id: str | None, name: str) -> None:
+        """Give a run a new name (the runs page's first column)."""
+        if run_id:
+            self._call("update_run", run_id, name=self.scrub(name)[:250])
 
     def params(self, run_id: str | None, params: dict[str, Any]) -> None:
         if not run_id:

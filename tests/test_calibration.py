@@ -20,7 +20,7 @@ def calibration():
 def test_no_false_pass_and_no_false_fail_on_the_quick_panel(capsys):
     rows = calibration().main(["--quick"])
     by = {r["name"]: r for r in rows}
-    assert len(rows) >= 3
+    assert len(rows) >= 2
     for r in rows:
         assert r["call"] in ("ok", "unchecked"), (r["name"], r["call"], r["statuses"])
     # the independent thief steals what the budget let through, and leakmeter says so

@@ -23,7 +23,16 @@ def _ask(value, question: str, default, ask: bool, choices=None):
     return click.prompt(question, default=default, type=kind, show_choices=bool(choices))
 
 
-@click.command()
+EPILOG = """\b
+Exit codes: 0 written and valid; 2 bad input (a file leakmeter does not read, an existing --out).
+\b
+Examples:
+  leakmeter init                          (asks; each answer is checked as it is given)
+  leakmeter init --model model.safetensors --data data.npz --interface prediction
+"""
+
+
+@click.command(epilog=EPILOG)
 @click.option("--model", "model", metavar="FILE", help="Your model file (state_dict, safetensors, ...); "
               "'none' to let leakmeter train one like it.")
 @click.option("--data", "data", metavar="NAME|FILE|DIR",
@@ -42,23 +51,76 @@ def _ask(value, question: str, default, ask: bool, choices=None):
 @guarded
 def init(model, data, interface, output, activation, name, out, force, ask) -> None:
     """Write a commented starting SCENARIO for your model and data, validated."""
+    from harness.errors import BadInput
+
+    ask = sys.stdin.isatty() if ask is None else ask
+    given = {"model": model, "data": data, "interface": interface, "output": output, "activation": activation}
+    while True:
+        try:
+            return _init(given, name, out, force, ask)
+        except BadInput as exc:
+            key = str(exc).split(":")[0].lstrip("-")
+            if not ask or key not in given:  # --out and the like: not an answer to ask again
+                raise
+            click.echo(f"leakmeter: {exc}; try again (your other answers are kept)", err=True)
+            given = {**given, key: None}
+
+
+def _checked(value, question: str, default, ask: bool, check, choices=None):
+    """Ask (when the flag left it out) and check the answer at once: a wrong one is said in one
+    line and asked again (without --ask: BadInput, exit 2)."""
+    from harness.errors import BadInput
+
+    while True:
+        value = _ask(value, question, default, ask, choices)
+        try:
+            return value, check(value)
+        except BadInput as exc:
+            if not ask:
+                raise
+            click.echo(f"leakmeter: {exc}; try again", err=True)
+            value = None
+
+
+def _read_model(model):
+    """What the model file says (None for a model leakmeter trains); BadInput for a file it does
+    not read."""
     from pathlib import Path
 
     from harness.errors import BadInput
-    from harness.scaffold import Answers, scenario_text, slug
+    from harness.scaffold import read_model_file
+
+    if str(model).lower() in ("none", ""):
+        return None
+    if not Path(model).is_file():
+        raise BadInput(f"--model: {model}: no such file")
+    return read_model_file(Path(model))
+
+
+def _init(given: dict, name, out, force, ask: bool) -> None:
+    from pathlib import Path
+
+    from harness.errors import BadInput
+    from harness.scaffold import Answers, data_section, scenario_text, slug
     from harness.scenario import load_scenario
 
-    ask = sys.stdin.isatty() if ask is None else ask
-    model = _ask(model, "Model file (none: leakmeter trains one)", "none", ask)
-    data = _ask(data, f"Data: {' | '.join(DATASETS)} | an .npz file | an IDX folder", "digits", ask)
-    interface = _ask(interface, "Interface", "prediction", ask, list(INTERFACES))
+    folder = Path(out).resolve().parent if out else Path.cwd()
+    given["model"], info = _checked(given["model"], "Model file (none: leakmeter trains one)", "none", ask,
+                                    _read_model)
+    given["data"], _ = _checked(given["data"], f"Data: {' | '.join(DATASETS)} | an .npz file | an IDX folder",
+                                "digits", ask, lambda d: folder.is_dir() and data_section(d, folder, info))
+    model, data = given["model"], given["data"]
+    given["interface"] = interface = _ask(given["interface"], "Interface", "prediction", ask,
+                                          list(INTERFACES))
+    output = given["output"]
     if ask:  # left out and not asked: probabilities, or logits for a regression model
-        output = _ask(output, "What predict returns (regression: logits)", "probabilities", ask,
-                      list(OUTPUTS))
+        given["output"] = output = _ask(output, "What predict returns (regression: logits)", "probabilities",
+                                        ask, list(OUTPUTS))
     model = None if str(model).lower() in ("none", "") else model
+    activation = given.get("activation")
     if ask and activation is None and model is not None and _holds_weights(model):
-        activation = _ask(None, "Activation of your network (a state_dict does not store it)", "relu",
-                          ask, list(ACTIVATIONS))
+        given["activation"] = activation = _ask(None, "Activation of your network (a state_dict does not "
+                                                "store it)", "relu", ask, list(ACTIVATIONS))
     answers = Answers(data=data, interface=interface, output=output, model=model, name=name,
                       activation=activation)
     stem = slug(name or (Path(answers.model).stem if answers.model else Path(data).stem))

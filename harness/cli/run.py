@@ -13,6 +13,8 @@ from harness.cli.common import (
     TRUST,
     apply_trust,
     check_output_paths,
+    choose,
+    choose_attacks,
     ci_outputs,
     guarded,
     print_summary,
@@ -24,6 +26,7 @@ from harness.threads import pin_threads
 @click.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @SET
+@choose
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the report JSON here.")
 @click.option("--out", type=click.Path(file_okay=False), help="Folder for report files and plots.")
 @click.option("--tracking-uri", help="MLflow tracking URI (default: sqlite:///mlflow.db here).")
@@ -33,20 +36,25 @@ from harness.threads import pin_threads
 @TRUST
 @THREADS
 @guarded
-def run(scenario, overrides, json_path, out, tracking_uri, no_tracking, sarif_path, junit_path,
+def run(scenario, overrides, only, skip, json_path, out, tracking_uri, no_tracking, sarif_path, junit_path,
         auth_env, trust_model_code, threads) -> None:
     """Run every attack the SCENARIO's deployment allows and print the verdict."""
-    pin_threads(threads)
-    apply_trust(trust_model_code)
-    from pathlib import Path
+    from harness.progress import begin, busy
 
-    from harness.interrupts import Interrupted
-    from harness.runner import run_scenario
-    from harness.scenario import load_scenario
-    from reports.verdict import exit_code
+    begin()  # the clock starts here; on a terminal a live line says at once what loads
+    with busy(f"loading torch, MLflow and the attacks for {scenario}", announce=False):
+        pin_threads(threads)
+        apply_trust(trust_model_code)
+        from pathlib import Path
+
+        from harness.interrupts import Interrupted
+        from harness.runner import run_scenario
+        from harness.scenario import load_scenario
+        from reports.verdict import exit_code
 
     check_output_paths(out, json=json_path, sarif=sarif_path, junit=junit_path)
     s = load_scenario(scenario, list(overrides), auth_env)
+    choose_attacks(s, only, skip)
     if no_tracking:
         s.tracking.enabled = False
     try:
@@ -65,10 +73,11 @@ def run(scenario, overrides, json_path, out, tracking_uri, no_tracking, sarif_pa
 @click.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @SET
+@choose
 @AUTH_ENV
 @TRUST
 @guarded
-def validate(scenario, overrides, auth_env, trust_model_code) -> None:
+def validate(scenario, overrides, only, skip, auth_env, trust_model_code) -> None:
     """Check a SCENARIO file without running anything: its keys, attack list, files and size, and
     everything `run` would refuse before its first attack (the data loads, the model file loads
     into its spec, the endpoint's token is set). Nothing is trained, no request is sent."""
@@ -79,6 +88,7 @@ def validate(scenario, overrides, auth_env, trust_model_code) -> None:
     from victims.build import check_buildable
 
     s = load_scenario(scenario, list(overrides), auth_env)
+    choose_attacks(s, only, skip)
     plan = plan_attacks(s)
     _files_exist(s)
     check_buildable(s)
@@ -102,12 +112,17 @@ def _files_exist(s) -> None:
 
 @click.command()
 def attacks() -> None:
-    """List the registered attacks: name, family, interfaces, paper section."""
+    """List the registered attacks: what each does, the APIs it works on, and its paper."""
     from harness.attack_catalog import catalog  # the attacks' declarations, without importing torch
+    from harness.cli.common import table
+    from reports.mitigation import paper_names
 
-    rows = [(c["name"], c["family"], ",".join(c["needs"]), c["paper"], c["summary"])
+    rows = [(c["name"], c["family"], _works_on(c["needs"]), paper_names(str(c["paper"])), c["summary"])
             for c in catalog().values()]
-    w = [max(len(r[i]) for r in rows + [("name", "family", "needs", "paper", "")]) for i in range(4)]
-    click.echo(f"{'name':<{w[0]}}  {'family':<{w[1]}}  {'needs':<{w[2]}}  {'paper':<{w[3]}}  summary")
-    for r in rows:
-        click.echo(f"{r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:<{w[2]}}  {r[3]:<{w[3]}}  {r[4]}")
+    table(("attack", "family", "works on", "paper", "what it does"), rows, note=4)
+
+
+def _works_on(needs: list[str]) -> str:
+    """The interfaces an attack needs, short: `any API` when every interface serves it."""
+    every = {"prediction", "gradient", "smoothgrad", "whitebox"}
+    return "any API" if every <= set(needs) else ", ".join(needs)

@@ -266,6 +266,12 @@ class AttackChoice(Strict):
     name: str = Field(max_length=100)
     params: dict[str, Any] = Field(default_factory=dict)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_name(cls, v: Any) -> Any:
+        """`attacks: [surrogate, mia_lira]` (or `--set attacks=[surrogate]`): names alone."""
+        return {"name": v} if isinstance(v, str) else v
+
     @field_validator("params")
     @classmethod
     def _small(cls, v: dict[str, Any]) -> dict[str, Any]:

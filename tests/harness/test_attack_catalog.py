@@ -2,6 +2,7 @@
 SciPy): the catalog read from the source equals the registry, attack for attack."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -29,3 +30,8 @@ def test_listing_the_attacks_imports_no_torch():
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip().endswith("NO-TORCH"), res.stdout[-500:]
     assert all(name in res.stdout for name in catalog())
+    table = res.stdout.strip().splitlines()[:-1]
+    assert max(len(ln) for ln in table) <= 100, table  # fits 100 columns
+    # papers by the names readers know, never the internal numbers 000-004
+    assert "Milli et al. 2019, App. C" in res.stdout and "Jayaram et al. 2020" in res.stdout
+    assert not [ln for ln in table if re.search(r"\b00[0-4] ", ln)], table

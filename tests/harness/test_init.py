@@ -68,6 +68,24 @@ def test_answers_to_the_questions(tmp_path, monkeypatch):
                                                                            "label")
 
 
+def test_a_wrong_model_is_asked_again_at_once_and_other_answers_are_kept(tmp_path, monkeypatch):
+    """The model is read as soon as it is named (before the other questions), the data too; a
+    wrong answer is asked again and the others are kept; the experiment is the model's name."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "junk.pt").write_bytes(b"not a model")
+    torch.save(nn.Linear(30, 2).state_dict(), tmp_path / "good.pt")
+    answers = "junk.pt\ngood.pt\nnowhere.npz\nbreast_cancer\nprediction\nlabel\n"
+    res = leakmeter("init", "--ask", input=answers)
+    assert res.exit_code == 0, res.output + res.stderr
+    err = res.stderr.splitlines()
+    assert err[0].startswith("leakmeter: --model: junk.pt") and "try again" in err[0]
+    assert "--data: nowhere.npz" in err[1] and "try again" in err[1]
+    assert res.output.count("Model file") == 2 and res.output.count("Data:") == 2
+    s = load_scenario(tmp_path / "good.yaml")
+    assert (s.victim.model.path.endswith("good.pt"), s.victim.data.dataset, s.tracking.experiment) == (
+        True, "breast_cancer", "good")
+
+
 @pytest.mark.parametrize("args, says", [
     (["--data", "nowhere.npz"], "--data: nowhere.npz is neither"),
     (["--model", "missing.pt"], "--model: missing.pt: no such file"),

@@ -38,9 +38,9 @@ def _scenario(tmp_path, **over) -> str:
 
 
 def _refused(args: list[str], words: list[str]) -> None:
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU time: a busy machine does not stretch it
     res = CliRunner().invoke(main, args)
-    took = time.perf_counter() - t0
+    took = time.process_time() - t0
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert res.exit_code == 2, res.output[-1500:]
     assert len(lines) == 1 and all(w in lines[0] for w in words), (words, res.stderr)

@@ -43,7 +43,16 @@ def test_non_tty_run_prints_each_stage_and_keeps_warnings_in_the_report(tmp_path
                          capture_output=True, text=True, timeout=300)
     assert res.returncode in (0, 1), res.stderr[-2000:]
     stages = [ln for ln in res.stderr.splitlines() if re.match(r"leakmeter: \[ *\d+\.\d s\] ", ln)]
-    assert len(stages) >= 4 and "dp: victim ready" in stages[1], res.stderr
+    # a line per stage, the clock counting from the command's start (loading included)
+    assert stages[0].endswith("] dp: training the victim") and "dp: victim ready" in stages[1], stages
+    assert float(stages[0].split("[")[1].split(" s]")[0]) > 0.5, stages  # torch & co. took time
+    assert any(ln.endswith("] ReRo bounds") for ln in stages)  # what runs after the attacks says so
+    assert any(ln.endswith("] writing report.json, report.md and report.html (with plots)") for ln in stages)
+    # the summary: plain text when piped, no line over 100 columns, a line per attack and the verdict
+    assert "\x1b[" not in res.stdout and max(len(ln) for ln in res.stdout.splitlines()) <= 100, res.stdout
+    line = r"^  span_nonadaptive +ok +(low|medium|high) +rank \d+/\d+ "
+    assert re.search(line, res.stdout, re.M), res.stdout
+    assert re.search(r"^verdict: (pass|fail) \(risk ", res.stdout, re.M), res.stdout
     assert any(ln.endswith("attack 1/1 span_nonadaptive: running") for ln in stages), res.stderr
     done = next(ln for ln in stages if "attack 1/1 span_nonadaptive: ok" in ln)  # how it ended
     assert re.search(r"risk (low|medium|high), \d+ queries in \d+\.\d s$", done), done
@@ -194,7 +203,7 @@ def test_terminal_run_names_each_attack_with_one_live_bar(tmp_path):
     main, sub = pty.openpty()
     fcntl.ioctl(sub, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 100, 0, 0))
     env = {k: v for k, v in ENV.items() if k != "CI"}
-    proc = subprocess.Popen([*CLI, "run", "tty.yaml", "--out", "out"], cwd=tmp_path, env=env,
+    proc = subprocess.Popen([*CLI, "run", "tty.yaml", "--out", "out", "--no-tracking"], cwd=tmp_path, env=env,
                             stdin=sub, stdout=sub, stderr=sub, close_fds=True)
     os.close(sub)
     chunks = []
@@ -208,7 +217,8 @@ def test_terminal_run_names_each_attack_with_one_live_bar(tmp_path):
         chunks.append(data)
     proc.wait(timeout=300)
     os.close(main)
-    text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", b"".join(chunks).decode("utf8", "replace"))
+    raw = b"".join(chunks).decode("utf8", "replace")
+    text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", raw)
     pieces = re.split(r"[\r\n]", text)
     assert proc.returncode in (0, 1), text[-3000:]
     stages = [p for p in pieces if re.match(r"leakmeter: \[ *\d+\.\d s\] ", p)]
@@ -218,3 +228,28 @@ def test_terminal_run_names_each_attack_with_one_live_bar(tmp_path):
     assert any(p.startswith("attack 2/2 informed_mia: training the released models") for p in bars), bars
     ready = next(i for i, p in enumerate(pieces) if "tty: victim ready" in p)
     assert not [p for p in pieces[ready:] if p.startswith("training victim")]  # released models say so
+    # the summary on a terminal: coloured (the verdict word in red or green), within 100 columns
+    assert re.search(r"verdict: \x1b\[0m\x1b\[[0-9;]*m(fail|pass)\x1b\[0m", raw), raw[-1500:]
+    summary = text[text.index("  span_nonadaptive "):].splitlines()
+    assert summary[2].startswith("verdict: ") and max(len(ln) for ln in summary) <= 100, summary
+    # on a terminal, a live line says at once what is loading (and is erased when it is done)
+    first = next(p for p in pieces if p.strip())
+    assert first.startswith("  … loading torch, MLflow and the attacks for tty.yaml (0 s)"), pieces[:3]
+
+
+def test_mlflow_runs_page_shows_verdict_risk_and_scenario(two_runs):
+    """A colleague on MLflow's runs page: the experiment opens on its runs (MLflow 3's experiment
+    kind), each run's name says its verdict and risk, `verdict`, `risk` and `scenario` are tags to
+    add as columns, and report.html is an artifact of the run."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=two_runs["uri"])
+    exp = client.get_experiment_by_name("widths")
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    for rep in two_runs["reports"]:
+        run = client.get_run(rep["mlflow_run_id"])
+        risk = rep["risk"] or "none"
+        assert run.info.run_name == f"widths: {rep['verdict'].upper()} (risk {risk})"
+        assert (run.data.tags["verdict"], run.data.tags["risk"], run.data.tags["scenario"]) == (
+            rep["verdict"], risk, "widths")
+        assert "report.html" in [a.path for a in client.list_artifacts(run.info.run_id)]

@@ -222,7 +222,8 @@ def test_validate_and_attacks_commands(tmp_path):
     res = CliRunner().invoke(main, ["validate", str(p)])
     assert res.exit_code == 0 and "valid" in res.output
     res = CliRunner().invoke(main, ["attacks"])
-    assert res.exit_code == 0 and "span_nonadaptive" in res.output and "003 Sec. 3.1" in res.output
+    assert res.exit_code == 0 and "span_nonadaptive" in res.output
+    assert "Jayaram et al. 2020, Sec. 3.1" in res.output  # the paper as readers know it
 
 
 @pytest.mark.parametrize("path", ["scenarios/quickstart.yaml", "scenarios/gradient-api.yaml",

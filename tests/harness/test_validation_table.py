@@ -120,9 +120,9 @@ def test_bad_input_is_exit_2_with_one_line_at_validate_and_run(row, tmp_path, mo
     mutation, words = ROWS[row]
     path = _write(tmp_path, mutation)
     for command in (["validate", str(path)], ["run", str(path), "--no-tracking", "--out", "o"]):
-        t0 = time.perf_counter()
+        t0 = time.process_time()  # CPU time: a busy machine does not stretch it
         res = CliRunner().invoke(main, command)
-        took = time.perf_counter() - t0
+        took = time.process_time() - t0
         assert res.exit_code == 2, (command[0], res.output)
         lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
         assert len(lines) == 1 and lines[0].startswith("leakmeter: error: "), res.stderr

@@ -200,3 +200,29 @@ def test_gamma_is_drawn_only_over_the_attacks_it_bounds_and_curves_get_their_own
 def C_plots_fidelity(cmp, curves, tmp_path):
     (p,) = [p for p in all_plots(cmp, curves, tmp_path / "fid") if p.name == "fidelity_vs_queries.png"]
     return p
+
+
+def test_runs_of_different_models_or_tasks_are_not_ranked_on_one_axis(tmp_path):
+    """Accuracy beside R², or one model file's accuracy beside another's: refused in one line
+    (exit 2 through the CLI), before anything is written; one model's runs are compared."""
+    from harness.compare_runs import run_compare
+    from harness.errors import BadInput
+
+    def on(data, task, util, model=None, **kw):
+        rep = report(0.9, None, None, ["low"])
+        rep["victim"] = {util: 0.9, "data": {"dataset": data, "task": task}}
+        return {**rec({"defenses.query_budget": kw.get("budget")}, rep), "model": model}
+
+    same = [on("digits", "multiclass", "test_accuracy", budget=b) for b in (10, 100)]
+    assert C.incomparable(same) is None
+    mixed = same + [on("diabetes", "regression", "test_r2")]
+    why = C.incomparable(mixed)
+    assert why.startswith("the runs are of 2 different models or tasks (digits, multiclass, test accuracy: "
+                          "2 run(s); diabetes, regression, test R²: 1 run(s))")
+    files = [on("digits", "multiclass", "test_accuracy", model=m) for m in ("a.onnx", "b.onnx")]
+    assert "a.onnx, digits" in C.incomparable(files) and "b.onnx, digits" in C.incomparable(files)
+    with pytest.raises(BadInput, match=r"^compare: the runs are of 2 different"):
+        run_compare("sqlite:///unused.db", mixed, {}, tmp_path / "out", None)
+    assert not (tmp_path / "out").exists()
+    cmp, _, _ = run_compare("sqlite:///unused.db", same, {}, tmp_path / "ok", None)
+    assert len(cmp["cells"]) == 2

@@ -13,7 +13,8 @@ def test_rero_table_shows_flags_and_a_dash_for_missing_eta():
              "violation": True}]
     md = to_markdown({"scenario": "x", "verdict": "fail", "risk": "high", "policy": {"fail_on": "high"},
                       "rero": rows, "attacks": []})
-    table = [ln for ln in md.splitlines() if ln.startswith("| ") and "| γ |" not in ln][:4]
+    rero = md.split("## ReRo bounds")[1]
+    table = [ln for ln in rero.splitlines() if ln.startswith("| ") and "| γ |" not in ln][:4]
     assert table == ["| empirical | — | 0.01 | 0.3 | rdp | tightest |",
                      "| gaussian | 2 | 0.01 | 0.2 | gdp | approx. |",
                      "| uniform_ball | 1 | 0.5 | 1 | eps_dp | vacuous |",
@@ -24,7 +25,7 @@ def test_rero_table_shows_flags_and_a_dash_for_missing_eta():
 def test_old_or_partial_reports_render():
     md = to_markdown({"scenario": "x", "verdict": None, "attacks": [{"name": "a"}],
                       "privacy": {"epsilon": 2.0}})
-    assert "**Verdict: ERROR**" in md and "| a |  | ? | - | - |" in md and "None" not in md
+    assert "**Verdict: ERROR**" in md and "| a |  | ? | - | - | - |" in md and "None" not in md
     md = to_markdown({"scenario": "x", "verdict": "inconclusive", "policy": {"fail_on": "high"},
                       "leakmeter_version": "0.2.0", "started_at": "2026-01-01T00:00:00Z", "duration_s": 4.5,
                       "attacks": [{"name": "b", "status": "incomplete", "stopped_by": "faults",

@@ -249,6 +249,7 @@ def test_onnx_victims_answer_predictions_only(tmp_path):
     v = build_victim(scenario_from_dict(data))
     x = torch.as_tensor(v.truth.data.x_test[:32], dtype=torch.float64)
     assert torch.allclose(v.backend.predict(x, "probabilities"), torch.softmax(net(x), 1), atol=1e-12)
+    assert v.record["parameters"] == sum(q.numel() for q in net.parameters())  # its initializers
 
 
 # ---------------------------------------------------------------- the same, through the CLI

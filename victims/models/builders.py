@@ -121,5 +121,8 @@ def first_layer_weight(model: nn.Module) -> torch.Tensor | None:
     return None
 
 
-def count_parameters(model: nn.Module) -> int:
+def count_parameters(model: nn.Module) -> int | None:
+    """The model's weights and biases (an ONNX graph: its initializers; None when unknown)."""
+    if hasattr(model, "n_parameters"):
+        return model.n_parameters
     return int(sum(p.numel() for p in model.parameters()))

@@ -12,6 +12,7 @@ probabilities (never soft-maxed twice); a width-1 Sigmoid output becomes its log
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,18 @@ from victims.errors import BadInput
 
 FLOATS = ("tensor(float)", "tensor(double)", "tensor(float16)")
 TINY = 1e-30  # probabilities of exactly 0 become log(TINY) (about -69), not -inf
+
+
+def onnx_parameters(path: Path) -> int | None:
+    """The numbers an ONNX graph stores (its initializers: weights and biases), read with the
+    `onnx` package (never run); None without it or for a graph it cannot read."""
+    try:
+        import onnx
+
+        graph = onnx.load(str(path), load_external_data=False).graph
+        return int(sum(math.prod(t.dims) for t in graph.initializer))
+    except Exception:  # noqa: BLE001 - the count is a detail; onnxruntime still answers
+        return None
 
 
 def _is_score(kind: str) -> bool:
@@ -92,6 +105,7 @@ class OnnxModel(nn.Module):
         rank = len(inputs[0].shape or [])
         self._shape = (-1, *input_shape) if rank == 1 + len(input_shape) else (-1, int(np.prod(input_shape)))
         self.precision = nn.Parameter(torch.zeros(0, dtype=dtype), requires_grad=False)
+        self.n_parameters = onnx_parameters(path)
         self._nodes = _nodes(path)
         self.output_name, self.read_as = self._choose(path, output_name)
         self.width = self._probe_width(input_shape)

@@ -122,5 +122,5 @@ def _blackbox(m: dict[str, float], what: str, q: int) -> tuple[str | None, str]:
     if "blackbox_r2" in m:
         r2 = m["blackbox_r2"]
         return r2_level(r2), f"the extracted {what} reaches R² {r2:.4f} on held-out probes ({q} queries)"
-    return None, (f"the extracted {what} could not be verified: no held-out probe of the endpoint "
+    return None, (f"the extracted {what} could not be verified: no held-out probe of the deployed model "
                   f"was answered ({q} queries)")

@@ -252,12 +252,14 @@ class Surrogate(Attack):
         curve: list[tuple[int, float]] = []
         flat, gain, se = False, float("nan"), float("nan")
         stopped, reason = None, ""
-        bar = ctx.progress("surrogate: queries", n_max * cost) if ctx.progress else None
+        # no total: the curve decides where it stops (flat), at most n_max * cost queries
+        bar = ctx.progress("surrogate: queries", None) if ctx.progress else None
         for n in checkpoints(n_max):
             before = len(ans.x)
             ans = self._ask(oracle, ans, x_all[before:n], joint)
             if bar is not None:
                 bar.update((n - before) * cost)
+                bar.set_postfix_str(f"training on {n} answers (at most {n_max * cost} queries)")
             held = heldout_mask(n, dev)
             self._train(net, opt, ans.part(~held), ans.part(held), p, info, joint, p.steps)
             model = copy.deepcopy(net).eval()
@@ -270,10 +272,12 @@ class Surrogate(Attack):
                     break
             ctx.keep(self._artifact(snaps, model, ctx, joint, source, info, curve, n, n_max, notes))
         if bar is not None:
-            bar.close()
+            bar.set_postfix_str(f"final training on {len(ans.x)} answers")
         n = snaps[-1][1]
         self._train(net, opt, ans, None, p, info, joint, p.final_steps)
         final = copy.deepcopy(net).eval()
+        if bar is not None:
+            bar.close()
         snaps[-1] = (n * cost, n, final)
         if n >= n_max and not flat:
             if limited_by == "budget":

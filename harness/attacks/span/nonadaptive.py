@@ -171,7 +171,7 @@ class SpanNonAdaptive(Attack):
         aside = rows.new_zeros(0, d)
         s = torch.zeros(0, dtype=torch.float64)
         basis = torch.zeros(0, d, dtype=torch.float64)
-        bar = ctx.progress("span: gradient samples", max_samples) if ctx.progress else None
+        bar = ctx.progress("span: gradient samples", None) if ctx.progress else None  # until the rank stalls
         while samples < max_samples:
             n = min(params.batch, max_samples - samples, oracle.affordable(10**12) // per_point)
             if n <= 0:
@@ -412,7 +412,7 @@ def judge_span(m: dict[str, float]) -> tuple[str | None, str]:
         if r == 0:
             return "low", f"no subspace was recovered ({q} queries)"
         if e is None:
-            return None, (f"a rank-{r} subspace that no held-out probe of the endpoint verified "
+            return None, (f"a rank-{r} subspace that no held-out probe of the deployed model verified "
                           f"({q} queries)")
         lvl = "high" if e >= 0.999 else "medium" if e >= 0.99 else "low"
         return lvl, (f"a rank-{r} subspace holding {e:.2%} of fresh gradients' energy was "

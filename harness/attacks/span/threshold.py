@@ -378,7 +378,7 @@ class SpanThreshold(Attack):
         adapt = params.step is None
         st = State(basis=torch.zeros(0, n, dtype=torch.float64, device=dev))
         stopped, reason, done = None, "", False
-        bar = ctx.progress("span: 0/1 vectors", limit) if ctx.progress else None
+        bar = ctx.progress("span: 0/1 vectors", None) if ctx.progress else None  # stops at the span, ≤ limit
         per_vector: list[float] = []
         try:
             while len(st.basis) < limit:
