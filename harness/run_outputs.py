@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from harness.attacks.base import Artifact
+from harness.output import ours
 from harness.progress import busy
 from harness.scenario import Scenario, flatten
 from reports import render
@@ -78,8 +79,8 @@ def _log_parent(report: dict[str, Any], s: Scenario, tracker: Tracker, parent: s
     tracker.rename(parent, f"{s.name}: {str(report['verdict']).upper()} (risk {risk})")
     for name in ("report.html", "report.md", "report.json"):
         tracker.artifact(parent, outdir / name)
-    for extra in sorted(outdir.glob("*.png")) + [h for h in sorted(outdir.glob("*.html"))
-                                                   if h.name != "report.html"]:
+    pages = [h for h in sorted(outdir.glob("*.html")) if h.name != "report.html"]
+    for extra in ours(sorted(outdir.glob("*.png")) + pages, keep, since):  # only what this run wrote
         tracker.artifact(parent, extra)
 
 
