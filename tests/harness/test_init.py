@@ -74,7 +74,7 @@ def test_a_wrong_model_is_asked_again_at_once_and_other_answers_are_kept(tmp_pat
     monkeypatch.chdir(tmp_path)
     (tmp_path / "junk.pt").write_bytes(b"not a model")
     torch.save(nn.Linear(30, 2).state_dict(), tmp_path / "good.pt")
-    answers = "junk.pt\ngood.pt\nnowhere.npz\nbreast_cancer\nprediction\nlabel\n"
+    answers = "junk.pt\ngood.pt\nnowhere.npz\nbreast_cancer\nprediction\nlabel\ntanh\n"  # + the activation
     res = leakmeter("init", "--ask", input=answers)
     assert res.exit_code == 0, res.output + res.stderr
     err = res.stderr.splitlines()
@@ -84,6 +84,7 @@ def test_a_wrong_model_is_asked_again_at_once_and_other_answers_are_kept(tmp_pat
     s = load_scenario(tmp_path / "good.yaml")
     assert (s.victim.model.path.endswith("good.pt"), s.victim.data.dataset, s.tracking.experiment) == (
         True, "breast_cancer", "good")
+    assert s.victim.model.spec.activation == "tanh"  # a state_dict's activation is asked, not assumed
 
 
 @pytest.mark.parametrize("args, says", [
