@@ -223,7 +223,7 @@ def print_attacks(report: dict) -> None:
             for a in report["attacks"]]
     if not rows:
         return
-    w = [min(max(len(r[i]) for r in rows), cap) for i, cap in ((0, 24), (1, 18), (2, 6), (3, 18))]
+    w = [min(max(len(r[i]) for r in rows), cap) for i, cap in ((0, 24), (1, 21), (2, 6), (3, 18))]
     for name, status, risk, fig, why in rows:
         head = [(f"  {fit(name, w[0]):<{w[0]}} ", "bold"), (f"{fit(status, w[1]):<{w[1]}} ",
                 STYLES.get(status.split("/")[0], "")), (f"{risk:<{w[2]}} ", STYLES.get(risk, "")),

@@ -45,11 +45,11 @@ import torch
 from pydantic import Field
 from torch import nn
 
+from harness.attacker.compute import place as place_work
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
 from harness.attacks.gradients import api_labels, decimal_grid
 from harness.errors import AssumptionViolated
-from victims import devices
 
 GRID = (1, 2, 3, 5, 7)
 HOLDOUT_EVERY = 5  # every 5th answer is held out (20%)
@@ -300,13 +300,13 @@ class Surrogate(Attack):
 
     @staticmethod
     def _train_device(info, hidden: list[int], p: SurrogateParams, n_max: int, joint: bool):
-        """Where the surrogate trains (victims/devices.py): its queries, answers and network
+        """Where the surrogate trains (harness/attacker/compute.py): its queries, answers and network
         live there; the oracle answers on the victim's device and the answers are moved."""
         dims = [info.dim, *hidden, max(1, info.n_outputs)]
         fwd = 2.0 * sum(a * b for a, b in zip(dims, dims[1:], strict=False))
         step = (6 if joint else 3) * fwd * min(p.batch, n_max)  # the joint loss: a double backward
         steps = p.steps * len(checkpoints(n_max)) + p.final_steps
-        return devices.current().place("surrogate", step * steps, f"{n_max} points, up to {steps} "
+        return place_work("surrogate", step * steps, f"{n_max} points, up to {steps} "
                                        "Adam steps", step)
 
     @staticmethod

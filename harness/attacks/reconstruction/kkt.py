@@ -186,13 +186,13 @@ class KKT(Attack):
                 x.clamp_(lo - span, hi + span)  # a diverging restart stays finite
                 mu.sub_(params.lambda_lr * vm)
             done = step + 1
-            if bar:
+            if bar is not None:
                 bar.update(1)
             if step % 50 == 0 or step == params.steps - 1:
                 curve.append((step, float(stat.detach().min())))
             if time.perf_counter() - t0 > params.max_seconds:
                 break
-        if bar:
+        if bar is not None:
             bar.close()
         with torch.no_grad():
             final = kkt_loss(layers, x, scale[:, None] * mu, y, alpha[:, None, None])

@@ -40,10 +40,10 @@ import torch
 from pydantic import Field
 from torch import nn
 
+from harness.attacker.compute import place as place_work
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
 from harness.errors import AttackFailed, AttackSkipped
-from victims import devices
 
 
 class ReconnParams(Params):
@@ -181,11 +181,11 @@ class Reconn(Attack):
                                            ys[done : done + n], seed=ctx.seed * 7919 + done,
                                            init_seed=init_seed))
             done += n
-            if bar:
+            if bar is not None:
                 bar.update(n)
             if time.perf_counter() - t0 > params.max_seconds:
                 break
-        if bar:
+        if bar is not None:
             bar.close()
         shadow_s = time.perf_counter() - t0
         flat = torch.cat(flats)
@@ -233,8 +233,8 @@ class Reconn(Attack):
         """The reconstructor φ: features → inputs, trained with MAE + MSE (RMSProp)."""
         d, h, home = x.shape[1], params.hidden, f.device
         torch.manual_seed(int(torch.randint(1 << 30, (1,), generator=gen)))
-        fwd = 2.0 * (f.shape[1] * h + h * h + h * d)  # the run's device policy: victims/devices.py
-        dev = devices.current().place("reconstructor", 3 * fwd * len(f) * params.epochs,
+        fwd = 2.0 * (f.shape[1] * h + h * h + h * d)  # the run's device policy: harness/attacker/compute.py
+        dev = place_work("reconstructor", 3 * fwd * len(f) * params.epochs,
                                       f"{len(f)} feature vectors, {params.epochs} epochs",
                                       3 * fwd * min(max(1, params.batch), len(f)))
         f, x = f.to(dev), x.to(dev)

@@ -179,7 +179,7 @@ class SpanNonAdaptive(Attack):
             g = torch.randn(n, d, generator=ctx.gen, dtype=torch.float64).to(oracle.device)
             new, path = gradient_rows(oracle, g, step)
             samples += n
-            if bar:
+            if bar is not None:
                 bar.update(n)
             per_row = len(new) // n  # rows per point: one, or one per logit signal
             rows, last = torch.cat([rows, new]), len(new)
@@ -208,7 +208,7 @@ class SpanNonAdaptive(Attack):
             stalled = self._stalled(ranks)
             if stalled >= params.patience and self._flat(ranks, seen, params.growth_window):
                 break
-        if bar:
+        if bar is not None:
             bar.close()
         kinked = len(aside) // per_row if len(aside) else 0
         if not ranks:

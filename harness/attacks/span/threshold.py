@@ -401,7 +401,7 @@ class SpanThreshold(Attack):
                 ctx.keep(Artifact("subspace", data={"basis": st.basis.cpu()},
                                   metrics={"recovered_rank": float(len(st.basis))},
                                   progress=f"{len(st.basis)} vectors"))
-                if bar:
+                if bar is not None:
                     bar.update(1)
         except _Budget:
             stopped, reason = "budget", f"budget exhausted after {len(st.basis)} vectors"
@@ -410,7 +410,7 @@ class SpanThreshold(Attack):
         except AssumptionViolated as exc:
             stopped, reason = "assumption", f"stopped after {len(st.basis)} vectors: {exc}"
         finally:
-            if bar:
+            if bar is not None:
                 bar.close()
         r = len(st.basis)
         if r == 0 and stopped is None:
