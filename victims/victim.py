@@ -43,6 +43,10 @@ class PublicInfo:
     dtype: torch.dtype
     input_domain_source: str = ""  # where input_low/high come from (declared, documented, pool)
     gradient_class: int = 0  # the class `gradient_of: class` explains (documented by the API)
+    # a language model's completions API (task "lm"): logprobs returned per prompt (the
+    # vocabulary size: all; 0: the generated token only) and whether it accepts logit_bias
+    top_logprobs: int | None = None
+    logit_bias: bool = False
 
 
 @dataclass
