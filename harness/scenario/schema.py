@@ -145,7 +145,7 @@ class EndpointSpec(Strict):
     url: str
     # docs/endpoints.md: mlflow | json (a template) | kserve-v2 (Open Inference Protocol: KServe,
     # Triton, MLServer) | kserve-v1 (KServe V1, TF Serving REST) | torchserve | auto (probed)
-    protocol: Literal["mlflow", "json", "kserve-v2", "kserve-v1", "torchserve", "auto"] = "mlflow"
+    protocol: Literal["mlflow", "json", "kserve-v2", "kserve-v1", "torchserve", "auto", "openai"] = "mlflow"
     auth_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
     auth_header: str = Field(default="Authorization", pattern=r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,64}$")
     auth_scheme: str = Field(default="Bearer", pattern=r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{0,32}$")
@@ -172,6 +172,11 @@ class EndpointSpec(Strict):
     output_name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:/\-]{1,128}$")
     datatype: Literal["FP32", "FP64"] | None = None
     classification: int | None = Field(default=None, ge=1, le=100_000)
+    # openai (an LLM's legacy completions API): the served model's name, the vocabulary (a JSON
+    # list of token strings; else tokens are read as "token_id:N") and its size
+    model: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:/\-]{1,256}$")
+    vocab: str | None = None
+    vocab_size: int | None = Field(default=None, ge=2, le=LM_MAX_VOCAB)
 
     @field_validator("headers")
     @classmethod

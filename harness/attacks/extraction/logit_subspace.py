@@ -225,7 +225,8 @@ class LogitSubspace(Attack):
         if math.isfinite(stop_sigma):
             metrics["stop_noise_sigma"] = stop_sigma
         art = Artifact("final_layer", data={"basis": w_hat, "singular_values": s.cpu().numpy(),
-                                            "path": src.path, "prompt_len": params.prompt_len},
+                                            "path": src.path, "prompt_len": params.prompt_len,
+                                            "bias": params.bias},
                        metrics=metrics, notes=[*notes, f"answer noise σ = {sigma:.3g} ({prec_how}; "
                                                         f"repeat noise {rep:.3g})"],
                        progress=f"width {r} from {n} prompts", files=files)
