@@ -82,7 +82,12 @@ def serve(scenario, overrides, host, port, budget, keys_env, export_mlflow, prot
     from victims.http.served import build_served
     from victims.http.server import ServerLimits, VictimServer
 
-    served, _ = build_served(s)
+    if protocol == "openai":
+        from victims.http.server_openai import build_lm_served
+
+        served, _ = build_lm_served(s)
+    else:
+        served, _ = build_served(s)
     per_key = budget if budget is not None else s.defenses.query_budget
     log = (lambda line: click.echo(line, err=True)) if access_log else None
     try:

@@ -201,11 +201,5 @@ def build_served(s: Any) -> tuple[ServedModel, Any]:
                        "prediction, gradient or smoothgrad")
     local = s.model_copy(deep=True)
     local.victim.endpoint = None
-    if local.victim.model.arch == "lm":  # a language model: the openai completions API
-        from victims.http.server_openai import lm_served
-        from victims.models.lm import build_lm_victim
-
-        victim = build_lm_victim(local)
-        return lm_served(s, victim), victim
     victim = build_local_victim(local)
     return served_from_victim(s, victim), victim

@@ -127,6 +127,17 @@ class LMServed(ServedModel):
         return choice
 
 
+def build_lm_served(s: Any) -> tuple[LMServed, Any]:
+    """Build the scenario's `arch: lm` victim here (ignoring `victim.endpoint`) and wrap it for
+    serving; returns (served, victim)."""
+    from victims.models.lm import build_lm_victim
+
+    local = s.model_copy(deep=True)
+    local.victim.endpoint = None
+    victim = build_lm_victim(local)
+    return lm_served(s, victim), victim
+
+
 def lm_served(s: Any, victim: Any) -> LMServed:
     from victims.http.served import ServedDefenses
 

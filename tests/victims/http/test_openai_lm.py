@@ -14,8 +14,8 @@ from harness.scenario import scenario_from_dict
 from harness.scoring.logits import centred_truth, rank
 from reports.tracking import Tracker
 from victims.build import build_victim
-from victims.http.served import build_served
 from victims.http.server import VictimServer
+from victims.http.server_openai import build_lm_served
 
 openai = pytest.importorskip("openai")
 
@@ -25,7 +25,7 @@ LM = {"model": {"arch": "lm", "vocab": 128, "hidden": 8, "heads": 2, "layers": 1
 def served(iface, defenses=None, budget=None, keys=None):
     s = scenario_from_dict(make_scenario(device="cpu", victim=LM, interface={"output": "logprobs", **iface},
                                          defenses=defenses or {}))
-    sv, victim = build_served(s)
+    sv, victim = build_lm_served(s)
     srv = VictimServer(sv, "127.0.0.1", 0, budget=budget, keys=keys, protocol="openai",
                        model_name="tiny").start()
     return srv, victim
