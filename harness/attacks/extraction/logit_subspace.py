@@ -213,7 +213,10 @@ class LogitSubspace(Attack):
         sig_r = float(s[r - 1]) if r else 0.0
         stop_sigma = sig_r / (1.5 * (math.sqrt(n) + math.sqrt(vocab))) / src.entry_sigma(1.0) \
             if not isinstance(src, SearchSource) else float("nan")
-        prec = src.entry_sigma(sigma) * math.sqrt(vocab * r) / max(float(s[:r].norm()), 1e-300) if r else 1.0
+        # the answers' precision as a layer error: noise σ_e·√V against each recovered direction's
+        # singular value, averaged over directions (the alignment weighs them by the unknown layer)
+        inv = float((s[:r].clamp_min(1e-300) ** -2).mean().sqrt()) if r else 0.0
+        prec = src.entry_sigma(sigma) * math.sqrt(vocab) * inv if r else 1.0
         metrics = {"hidden_dim": float(r), "precision_rel_error": float(prec), "vocab": float(vocab),
                    "prompts": float(n),
                    "queries_per_logit": float(src.per_logit), "noise_sigma": float(sigma),
