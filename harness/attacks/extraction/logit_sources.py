@@ -159,8 +159,8 @@ class SearchSource(Source):
 
 def precision_of(raw: list[torch.Tensor]) -> tuple[float, str]:
     """(σ, how) of one returned value from the values alone: a rounding quantum q (every value a
-    multiple of 10^-d: σ = q/√12), else float32 answers (every value a float32: σ = 4·ε₃₂·max|v|),
-    else float64 (σ = 4·ε₆₄·max|v|)."""
+    multiple of 10^-d: σ = q/√12), else float32 answers (every value a float32: σ = 2·ε₃₂·max|v|,
+    two units in the last place of the largest value), else float64 (σ = 2·ε₆₄·max|v|)."""
     v = torch.cat([r.flatten() for r in raw]) if raw else torch.zeros(1, dtype=torch.float64)
     v = v[torch.isfinite(v)].double().cpu()
     if not len(v):
@@ -171,8 +171,8 @@ def precision_of(raw: list[torch.Tensor]) -> tuple[float, str]:
         if float((scaled - scaled.round()).abs().max()) <= 1e-6 * max(1.0, float(scaled.abs().max()) * 1e-9):
             return 10.0**-d / math.sqrt(12.0), f"answers rounded to {d} decimals"
     if torch.equal(v.float().double(), v):
-        return 4 * EPS32 * big, "float32 answers"
-    return 4 * EPS64 * big, "float64 answers"
+        return 2 * EPS32 * big, "float32 answers"
+    return 2 * EPS64 * big, "float64 answers"
 
 
 def repeat_sigma(first: torch.Tensor, again: torch.Tensor) -> float:

@@ -186,7 +186,10 @@ class LogitSubspace(Attack):
             goal = r + params.oversample
             # unclear: twice the prompts lift the weakest direction (σ_min of the prompts' hidden
             # states grows as √n − √h) faster than the noise edge (√n + √V)
-            grow = {"clear": max(goal - n, 0), "rows": params.oversample, "unclear": n}[how]
+            if n - r < params.oversample:  # too few rows beyond the width read so far
+                grow = goal - n
+            else:
+                grow = n if how == "unclear" else 0
             n_next = min(grow, params.max_prompts - n)
         art = ctx.best
         if how == "unclear":
