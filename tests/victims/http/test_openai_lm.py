@@ -82,3 +82,42 @@ def test_scan_of_the_served_lm_recovers_its_width(iface, tmp_path):
         assert e["metrics"]["subspace_residual"] < 1e-3 and e["risk"] == "high"  # fresh prompts, black box
     finally:
         srv.close()
+
+
+@pytest.mark.slow  # two `leakmeter` processes start (~10 s each on a quiet machine)
+def test_leakmeter_serve_protocol_openai_answers_the_official_client(tmp_path):
+    """The command itself: `leakmeter serve SCENARIO --protocol openai` with API keys from the
+    environment, called by the official client; a classifier scenario is refused (exit 2)."""
+    import os
+    import re
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+    from conftest import REPO
+
+    scen = tmp_path / "lm.yaml"
+    scen.write_text(yaml.safe_dump(make_scenario(device="cpu", victim=LM,
+                                                 interface={"output": "logprobs", "top_logprobs": 3})))
+    env = {**os.environ, "LM_KEYS": "key-1"}
+    cmd = [sys.executable, "-c", "from harness.cli import main; main()", "serve", str(scen), "--port", "0",
+           "--protocol", "openai", "--model-name", "tiny", "--keys-env", "LM_KEYS"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    try:
+        deadline, line = time.time() + 120, ""
+        while time.time() < deadline:
+            line = proc.stdout.readline()
+            if line.startswith("serving") or proc.poll() is not None:
+                break
+        m = re.search(r"at (http://127\.0\.0\.1:\d+/v1) ", line)
+        assert m, f"serve did not start: {line!r}"
+        c = openai.OpenAI(base_url=m.group(1), api_key="key-1", max_retries=0)
+        r = c.completions.create(model="tiny", prompt=[[5, 6]], max_tokens=1, logprobs=3)
+        assert len(r.choices[0].logprobs.top_logprobs[0]) == 3 and r.choices[0].text.startswith("token_id:")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    refused = subprocess.run([*cmd[:4], str(REPO / "scenarios" / "quickstart.yaml"), "--protocol", "openai"],
+                             capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    assert refused.returncode == 2 and "openai" in refused.stderr and "Traceback" not in refused.stderr
