@@ -48,6 +48,7 @@ from harness.attacks.extraction.logit_sources import (
 )
 from harness.errors import AttackStopped, InterfaceError, PrecisionLimit
 
+GRAM_FLOOR = 4 * math.sqrt(float(torch.finfo(torch.float64).eps)) / 3  # of σ₁, in units of τ's 3× bar
 PATHS = {"full": 0.0, "top-k + logit_bias": 1.0, "argmax + logit_bias (binary search)": 2.0, "none": 3.0}
 
 
@@ -176,8 +177,10 @@ class LogitSubspace(Attack):
             q = torch.cat([q, new])
             n = len(q)
             evals, evecs = torch.linalg.eigh(gram)
-            s = evals.flip(0).clamp_min(0).sqrt()
-            tau = src.entry_sigma(sigma) * (math.sqrt(n) + math.sqrt(vocab))
+            # centred vectors have rank ≤ V − 1; the Gram's eigenvalues carry an absolute error of
+            # about ε₆₄·λ₁, so singular values below ~√ε₆₄·σ₁ are the method's, not the answers'
+            s = evals.flip(0).clamp_min(0).sqrt()[: max(1, min(n, vocab - 1))]
+            tau = max(src.entry_sigma(sigma) * (math.sqrt(n) + math.sqrt(vocab)), GRAM_FLOOR * float(s[0]))
             r, how = width(s, tau)
             ctx.keep(self._artifact(q, evecs.flip(1), s, r, tau, sigma, src, notes, prec_how, rep,
                                     oracle, params, ctx, vocab))
@@ -232,7 +235,7 @@ class LogitSubspace(Attack):
             metrics["stop_noise_sigma"] = stop_sigma
         art = Artifact("final_layer", data={"basis": w_hat, "singular_values": s.cpu().numpy(),
                                             "path": src.path, "prompt_len": params.prompt_len,
-                                            "bias": params.bias},
+                                            "bias": params.bias, "lm": oracle.info.task == "lm"},
                        metrics=metrics, notes=[*notes, f"answer noise σ = {sigma:.3g} ({prec_how}; "
                                                         f"repeat noise {rep:.3g})"],
                        progress=f"width {r} from {n} prompts", files=files)
@@ -258,12 +261,14 @@ def cost_line(m: dict, artifact) -> str:
     return f"{q} queries ≈ ${usd:.2f} at ${price:g} per 1k tokens"
 
 
-def stopper(m: dict) -> str:
+def stopper(m: dict, lm: bool = True) -> str:
     """Which API setting would have stopped it."""
     path = m.get("api_path", 3.0)
     tail = ""
     if "stop_noise_sigma" in m:
         tail = f"; or noise σ ≥ {m['stop_noise_sigma']:.2g} on every returned logprob (hides the width)"
+    if not lm:
+        return "stop it by returning labels only" + tail.replace("logprob", "log-score")
     if path == 0.0:
         return ("stop it with top_logprobs ≤ 5 (vLLM --max-logprobs 5) and no logit_bias, or logit_bias "
                 "kept out of the returned logprobs (vLLM's default --logprobs-mode raw_logprobs)" + tail)
@@ -283,29 +288,30 @@ def judge_logits(m: dict, artifact) -> tuple[str | None, str]:
     cost = cost_line(m, artifact)
     if r == 0:
         return "low", f"no logit direction stood above the answers' noise ({cost})"
-    if vocab and r >= vocab - 1:
+    if vocab and max(r, int(m.get("hidden_dim_true", 0))) >= vocab - 1:
         return "low", (f"the logit vectors span all {vocab - 1} centred directions: the output layer "
                        f"hides no width, nothing narrower leaks ({cost})")
     err, res = m.get("final_layer_rel_error"), m.get("subspace_residual")
+    stop = stopper(m, bool(artifact.data.get("lm", True)))
     if "hidden_dim_true" in m:
         right = r == int(m["hidden_dim_true"])
         if right and err is not None and err <= 1e-2:
             return "high", (f"the final layer ({vocab}×{r}) was recovered up to an {r}×{r} map, "
-                            f"relative error {err:.2g}, in {cost}; {stopper(m)}")
+                            f"relative error {err:.2g}, in {cost}; {stop}")
         if right:
             e = "not scored" if err is None else f"{err:.2g}"
-            return "medium", f"the hidden width {r} leaked (layer error {e}) in {cost}; {stopper(m)}"
-        if r == int(m["hidden_dim_true"]) - 1:  # a final LayerNorm's shift: one weak direction
+            return "medium", f"the hidden width {r} leaked (layer error {e}) in {cost}; {stop}"
+        if artifact.data.get("lm") and r == int(m["hidden_dim_true"]) - 1:  # a LayerNorm shift's
             return "medium", (f"{r} of the layer's {r + 1} directions leaked; the last (a LayerNorm "
-                              f"shift's, weak) stayed under the answers' noise ({cost}); {stopper(m)}")
+                              f"shift's, weak) stayed under the answers' noise ({cost}); {stop}")
         k = int(m["hidden_dim_true"])
         return "low", f"width read as {r}, the true one is {k}: noise, not the layer ({cost})"
     if res is None:
         return None, f"a width-{r} span that no fresh prompt verified ({cost})"
     if res <= 1e-2:
         return "high", (f"a width-{r} final layer that predicts fresh logprob vectors (residual {res:.2g}) "
-                        f"was recovered in {cost}; {stopper(m)}")
+                        f"was recovered in {cost}; {stop}")
     if res <= 1e-1:
         return "medium", (f"a width-{r} span holding fresh vectors to residual {res:.2g} ({cost}); "
-                          f"{stopper(m)}")
+                          f"{stop}")
     return "low", f"the width-{r} span leaves {res:.2g} of fresh vectors outside it ({cost})"
