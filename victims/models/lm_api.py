@@ -62,6 +62,9 @@ def answer(zu: torch.Tensor, inv: torch.Tensor, bias: Any, k: int, mode: str = "
     k = min(k, vocab)
     if k == 0 and b is not None:  # the token alone: no dense matrix needed
         return LogprobAnswer(_sparse_argmax(zu, inv, *b), _empty(n, zu, torch.long), _empty(n, zu))
+    if mode == "raw" and b is not None:  # logprobs before the bias: per distinct prompt
+        top = torch.topk(torch.log_softmax(zu, dim=1), k, dim=1)
+        return LogprobAnswer(_sparse_argmax(zu, inv, *b), top.indices[inv], top.values[inv])
     per = max(1, CHUNK_ELEMENTS // max(vocab, 1))
     tok, ids, vals = [], [], []
     for i in range(0, n, per):
