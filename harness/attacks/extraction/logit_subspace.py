@@ -48,6 +48,7 @@ from harness.attacks.extraction.logit_sources import (
 )
 from harness.errors import AttackStopped, InterfaceError, PrecisionLimit
 
+BASIS_EACH_ROUND = 2_000_000_000  # V·n·r multiply-adds for the basis of a round's kept artifact
 GRAM_FLOOR = 4 * math.sqrt(float(torch.finfo(torch.float64).eps)) / 3  # of σ₁, in units of τ's 3× bar
 PATHS = {"full": 0.0, "top-k + logit_bias": 1.0, "argmax + logit_bias (binary search)": 2.0, "none": 3.0}
 
@@ -182,8 +183,11 @@ class LogitSubspace(Attack):
             s = evals.flip(0).clamp_min(0).sqrt()[: max(1, min(n, vocab - 1))]
             tau = max(src.entry_sigma(sigma) * (math.sqrt(n) + math.sqrt(vocab)), GRAM_FLOOR * float(s[0]))
             r, how = width(s, tau)
-            ctx.keep(self._artifact(q, evecs.flip(1), s, r, tau, sigma, src, notes, prec_how, rep,
-                                    oracle, params, ctx, vocab))
+            state = (q, evecs.flip(1), s, r, tau, sigma, src, notes, prec_how, rep, oracle, params, ctx,
+                     vocab)
+            # the basis costs V·n·r: every round for small models, else the last one kept stands
+            if vocab * n * max(r, 1) <= BASIS_EACH_ROUND or ctx.best is None:
+                ctx.keep(self._artifact(*state))
             if r >= vocab - 1 or n >= params.max_prompts:
                 break
             goal = r + params.oversample
@@ -194,7 +198,7 @@ class LogitSubspace(Attack):
             else:
                 grow = n if how == "unclear" else 0
             n_next = min(grow, params.max_prompts - n)
-        art = ctx.best
+        art = ctx.keep(self._artifact(*state, save=True))
         if how == "unclear":
             art.stopped_by = "precision"
             art.reason = (f"singular values between 1.5τ and 6τ (τ = {tau:.3g}, the noise edge of "
@@ -204,12 +208,13 @@ class LogitSubspace(Attack):
             art.reason = f"every one of {n} prompts added a dimension at max_prompts = {params.max_prompts}"
         return art
 
-    def _artifact(self, q, u, s, r, tau, sigma, src, notes, prec_how, rep, oracle, params, ctx, vocab):
+    def _artifact(self, q, u, s, r, tau, sigma, src, notes, prec_how, rep, oracle, params, ctx, vocab,
+                  save=False):
         n = len(q)
         basis = (q.T @ u[:, :r]) / math.sqrt(n) if r else q.new_zeros(vocab, 0)
         w_hat = basis.cpu().numpy()
         files = {}
-        if ctx.outdir is not None:
+        if save and ctx.outdir is not None:
             ctx.outdir.mkdir(parents=True, exist_ok=True)
             path = ctx.outdir / "final_layer.npy"
             np.save(path, w_hat)
