@@ -190,6 +190,30 @@ class OracleView:
         self._answered(len(x))
         return self._o.defenses.apply_explain(g, self._o.gen)
 
+    def logprobs(self, prompts: Any, bias: Any = None) -> Any:
+        """A language model's completions API (`output: logprobs`): for token-id prompts (N, T),
+        the generated token (N,) and the top-K token ids and logprobs (N, K), K = info.top_logprobs
+        (`victims.models.lm_api.LogprobAnswer`). `bias` is one {token id: bias} for every prompt
+        (one request's logit_bias) or (ids (N, m), values (N, m)), one per prompt. One prompt is one
+        query; noise and rounding apply to the returned logprobs."""
+        if self.info.output != "logprobs":
+            raise InterfaceError(f"the API returns {self.info.output}, not next-token logprobs")
+        if bias is not None and not self.info.logit_bias:
+            raise InterfaceError("the API does not accept logit_bias (interface.logit_bias: false)")
+        p = torch.as_tensor(prompts)
+        p = p[None] if p.dim() == 1 else p
+        if p.dim() != 2 or p.shape[1] < 1 or p.shape[1] > self.info.dim:
+            raise ValueError(f"prompts must be (N, T) token ids with 1 ≤ T ≤ {self.info.dim}")
+        if p.numel() and (int(p.min()) < 0 or int(p.max()) >= self.info.n_outputs):
+            raise ValueError(f"prompt token ids must lie in 0 to {self.info.n_outputs - 1}")
+        self._charge(len(p))
+        ans = self._o.backend.complete(p.long(), bias, int(self.info.top_logprobs or 0))
+        self._answered(len(p))
+        ans.val = ans.val.to(self.info.device, torch.float64)
+        if ans.val.numel():
+            ans.val = self._o.defenses.apply_predict(ans.val, "logprobs", self._o.gen)
+        return ans
+
     def weights(self) -> dict[str, torch.Tensor]:
         """The released weights (white-box only). Not counted as a query."""
         self._require("weights")

@@ -14,6 +14,10 @@ def build_victim(s: Any) -> Victim:
     """The scenario's victim: its endpoint when it names one, else built and trained here."""
     if s.victim.endpoint is not None:
         return build_remote_victim(s)
+    if s.victim.model.arch == "lm":
+        from victims.models.lm import build_lm_victim
+
+        return build_lm_victim(s)
     return build_local_victim(s)
 
 
@@ -31,4 +35,6 @@ def check_buildable(s: Any) -> None:
         read_headers(s.victim.endpoint)
         if "dataset" not in s.victim.data.model_fields_set and s.victim.model.arch != "file":
             return  # the endpoint alone: its shape is learnt from its answers
+    if s.victim.model.arch == "lm":
+        return  # the schema checked its shape; nothing to load
     check_local(s)

@@ -47,6 +47,10 @@ class PublicInfo:
     # a fact absent when nothing declares it (an endpoint: the attacks' own tests decide)
     declared: dict[str, bool] = field(default_factory=dict)
     declared_as: str = ""
+    # a language model's completions API (task "lm"): logprobs returned per prompt (the
+    # vocabulary size: all; 0: the generated token only) and whether it accepts logit_bias
+    top_logprobs: int | None = None
+    logit_bias: bool = False
 
 
 @dataclass

@@ -124,6 +124,7 @@ class Attack:
     # what it assumes of the model (keys of ASSUMPTIONS): skipped on a model declared otherwise;
     # where nothing is declared (an endpoint) it runs and its own tests decide
     assumes: ClassVar[frozenset[str]] = frozenset()
+    language_models: ClassVar[bool] = False  # it can attack a language model's next-token API
 
     def run(self, oracle: Any, params: Any, ctx: RunContext) -> Artifact:
         raise NotImplementedError
@@ -137,6 +138,9 @@ class Attack:
         """Why this attack cannot run against a deployment with `info`, or None. Extraction and
         span recovery decline a white-box release: the released weights are the model and its
         first-layer span, so "stealing" them would be a finding that says nothing."""
+        if getattr(info, "task", "") == "lm" and not self.language_models:
+            return ("the victim is a language model (token-id prompts, next-token logprobs); this "
+                    "attack works on feature-vector models")
         if info.interface not in self.needs:
             return f"needs one of {sorted(self.needs)}; the deployment offers {info.interface}"
         if info.interface == "whitebox" and self.family in ("extraction", "span"):

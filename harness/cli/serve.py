@@ -25,9 +25,10 @@ from harness.threads import pin_threads
 @click.option("--export-mlflow", type=click.Path(file_okay=False),
               help="Save the victim as an MLflow pyfunc model in this folder and exit "
                    "(then: mlflow models serve -m DIR --env-manager local).")
-@click.option("--protocol", type=click.Choice(["mlflow", "kserve-v2", "kserve-v1"]), default="mlflow",
-              show_default=True, help="Wire protocol: MLflow scoring, the Open Inference Protocol (KServe "
-              "V2, as Triton and MLServer speak it), or KServe V1 / TF Serving REST.")
+@click.option("--protocol", type=click.Choice(["mlflow", "kserve-v2", "kserve-v1", "openai"]),
+              default="mlflow", show_default=True, help="Wire protocol: MLflow scoring, the Open Inference "
+              "Protocol (KServe V2, as Triton and MLServer speak it), KServe V1 / TF Serving REST, or "
+              "openai (an arch: lm victim's legacy completions API, as vLLM serves it).")
 @click.option("--model-name", default=None, metavar="NAME",
               help="The model's name in kserve-v2 / kserve-v1 URLs (default: the scenario's name).")
 @click.option("--log", "access_log", is_flag=True, help="Print one line per request (never keys).")
@@ -56,11 +57,14 @@ def serve(scenario, overrides, host, port, budget, keys_env, export_mlflow, prot
     from harness.scenario import load_scenario
 
     if model_name is not None and protocol == "mlflow":
-        raise BadInput("--model-name: only the kserve-v2 and kserve-v1 URLs name the model; "
-                       "--protocol is mlflow (/invocations)")
+        raise BadInput("--model-name: only the kserve-v2 and kserve-v1 URLs (and openai's model field) "
+                       "name the model; --protocol is mlflow (/invocations)")
     if model_name is not None and not re.fullmatch(r"[A-Za-z0-9_.\-]{1,128}", model_name):
         raise BadInput("--model-name: letters, digits, '_', '.', '-' (at most 128)")
     s = load_scenario(scenario, list(overrides))
+    if (protocol == "openai") != (s.victim.model.arch == "lm"):
+        raise BadInput(f"--protocol {protocol}: the openai protocol serves language models (victim.model."
+                       f"arch: lm) and only it does; this scenario's arch is {s.victim.model.arch}")
     if export_mlflow:
         from victims.http.pyfunc import export_pyfunc
 
@@ -81,7 +85,12 @@ def serve(scenario, overrides, host, port, budget, keys_env, export_mlflow, prot
     from victims.http.served import build_served
     from victims.http.server import ServerLimits, VictimServer
 
-    served, _ = build_served(s)
+    if protocol == "openai":
+        from victims.http.server_openai import build_lm_served
+
+        served, _ = build_lm_served(s)
+    else:
+        served, _ = build_served(s)
     per_key = budget if budget is not None else s.defenses.query_budget
     log = (lambda line: click.echo(line, err=True)) if access_log else None
     try:

@@ -114,6 +114,13 @@ def check_protocol_keys(ep: Any) -> None:
         if extra:
             raise ValueError(f"{', '.join(extra)}: only the json and torchserve protocols read "
                              f"{'it' if len(extra) == 1 else 'them'}; protocol is {ep.protocol}")
+    if ep.protocol != "openai":
+        extra = [k for k in ("model", "vocab", "vocab_size") if getattr(ep, k, None) is not None]
+        if extra:
+            raise ValueError(f"{', '.join(extra)}: only the openai protocol reads "
+                             f"{'it' if len(extra) == 1 else 'them'}; protocol is {ep.protocol}")
+    elif not ep.model:
+        raise ValueError("protocol openai: model: <the served model's name> is required")
     if ep.protocol == "torchserve" and "/predictions/" not in ep.url.split("?", 1)[0]:
         raise ValueError("protocol torchserve: the url must be the model's prediction URL, "
                          "http(s)://host:port/predictions/MODEL[/VERSION]")

@@ -136,3 +136,24 @@ def check_path_text(path: str | None) -> str | None:
     if path is not None and ("\x00" in path or not path.strip() or len(path) > 4096):
         raise ValueError("must be a file path (non-empty, no NUL character, at most 4096 characters)")
     return path
+
+
+LM_MAX_VOCAB = 1_000_000  # token ids of an `arch: lm` victim or an openai endpoint
+LM_MAX_CONTEXT = 8192
+LM_MAX_PARAMS = 2_000_000_000  # parameters an `arch: lm` victim may have (4 bytes each in float32)
+
+
+def check_lm_shape(spec: Any) -> None:
+    """An `arch: lm` model's shape: a vocabulary, one width divisible by the heads, and a size the
+    machine can hold. ValueError naming the key otherwise."""
+    if spec.vocab is None:
+        raise ValueError("arch: lm needs vocab: <vocabulary size>")
+    if len(spec.hidden) != 1:
+        raise ValueError(f"arch: lm takes one width (hidden: 128), got {spec.hidden}")
+    h = spec.hidden[0]
+    if h % spec.heads:
+        raise ValueError(f"arch: lm: hidden {h} is not divisible by heads {spec.heads}")
+    params = 2 * spec.vocab * h + spec.context * h + spec.layers * 12 * h * h
+    if params > LM_MAX_PARAMS:
+        raise ValueError(f"arch: lm with vocab {spec.vocab}, hidden {h}, layers {spec.layers} has about "
+                         f"{params:.3g} parameters (allowed: up to {LM_MAX_PARAMS:.0e})")

@@ -13,14 +13,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from harness.scenario.endpoint_keys import PATH, AuthSpec, check_headers, check_protocol_keys
 from harness.scenario.limits import (
     KNOWN_CLASSES,
+    LM_MAX_CONTEXT,
+    LM_MAX_VOCAB,
     MAX_COUNT,
     MAX_WIDTH,
+    check_lm_shape,
     check_path_text,
     check_template,
     check_template_secrets,
     check_url,
     no_bool_for_numbers,
 )
+from harness.scenario.lm_keys import check_lm_api
 from victims.http.protocol import template_has
 
 Activation = Literal["relu", "tanh", "sigmoid", "softplus", "elu", "leaky_relu", "gelu", "silu"]
@@ -40,7 +44,7 @@ class Strict(BaseModel):
 
 
 class ModelSpec(Strict):
-    arch: Literal["mlp", "cnn", "logistic", "linear", "file"] = "mlp"
+    arch: Literal["mlp", "cnn", "logistic", "linear", "file", "lm"] = "mlp"
     hidden: list[Annotated[int, Field(ge=1, le=MAX_WIDTH)]] = Field(default_factory=lambda: [64],
                                                                     max_length=64)
     activation: Activation | list[Activation] = "relu"
@@ -55,11 +59,31 @@ class ModelSpec(Strict):
     spec: ModelSpec | None = None  # architecture of a state_dict file
     # which output of a model file is the API's answer (null: its floating-point scores)
     output_name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:/\-]{1,128}$")
+    # arch: lm (a decoder-only LM built here, victims/models/lm.py): hidden is its width
+    vocab: int | None = Field(default=None, ge=2, le=LM_MAX_VOCAB)
+    layers: int = Field(default=2, ge=1, le=64)
+    heads: int = Field(default=4, ge=1, le=256)
+    context: int = Field(default=64, ge=1, le=LM_MAX_CONTEXT)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lm_width(cls, data: Any) -> Any:
+        """`hidden: 128` (one width) is the LM's; the list form stays the MLP's."""
+        if isinstance(data, dict) and data.get("arch") == "lm" and isinstance(data.get("hidden"), int) \
+                and not isinstance(data.get("hidden"), bool):
+            data = {**data, "hidden": [data["hidden"]]}
+        return data
 
     @field_validator("path")
     @classmethod
     def _path_text(cls, v: str | None) -> str | None:
         return check_path_text(v)
+
+    @model_validator(mode="after")
+    def _lm_shape(self) -> ModelSpec:
+        if self.arch == "lm":
+            check_lm_shape(self)
+        return self
 
     @model_validator(mode="after")
     def _file_needs_path(self) -> ModelSpec:
@@ -124,7 +148,7 @@ class EndpointSpec(Strict):
     url: str
     # docs/endpoints.md: mlflow | json (a template) | kserve-v2 (Open Inference Protocol: KServe,
     # Triton, MLServer) | kserve-v1 (KServe V1, TF Serving REST) | torchserve | auto (probed)
-    protocol: Literal["mlflow", "json", "kserve-v2", "kserve-v1", "torchserve", "auto"] = "mlflow"
+    protocol: Literal["mlflow", "json", "kserve-v2", "kserve-v1", "torchserve", "auto", "openai"] = "mlflow"
     auth_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
     auth_header: str = Field(default="Authorization", pattern=r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,64}$")
     auth_scheme: str = Field(default="Bearer", pattern=r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{0,32}$")
@@ -167,6 +191,11 @@ class EndpointSpec(Strict):
     output_name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:/\-]{1,128}$")
     datatype: Literal["FP32", "FP64"] | None = None
     classification: int | None = Field(default=None, ge=1, le=100_000)
+    # openai (an LLM's legacy completions API): the served model's name, the vocabulary (a JSON
+    # list of token strings; else tokens are read as "token_id:N") and its size
+    model: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:/\-]{1,256}$")
+    vocab: str | None = None
+    vocab_size: int | None = Field(default=None, ge=2, le=LM_MAX_VOCAB)
 
     @field_validator("headers")
     @classmethod
@@ -223,7 +252,14 @@ class SmoothGradSpec(Strict):
 
 class InterfaceSpec(Strict):
     kind: Literal["prediction", "gradient", "smoothgrad", "whitebox"] = "prediction"
-    output: Literal["label", "probabilities", "logits"] = "probabilities"
+    output: Literal["label", "probabilities", "logits", "logprobs"] = "probabilities"
+    # output: logprobs (an LLM's next-token API): how many logprobs it returns per prompt (null:
+    # the whole vocabulary; 0: the generated token only), whether it accepts logit_bias, and
+    # whether the bias is applied before the returned logprobs are computed (processed: OpenAI's
+    # API before March 2024; raw: vLLM's default --logprobs-mode raw_logprobs)
+    top_logprobs: int | None = Field(default=None, ge=0, le=LM_MAX_VOCAB)
+    logit_bias: bool = True
+    logprobs_mode: Literal["processed", "raw"] = "processed"
     gradient_of: Literal["predicted", "class", "sum"] = "predicted"
     gradient_class: int = Field(default=0, ge=0, le=100_000)
     smoothgrad: SmoothGradSpec = Field(default_factory=SmoothGradSpec)
@@ -433,6 +469,12 @@ class Scenario(Strict):
         if self.defenses.request_budget is not None and ep is None:
             raise ValueError("defenses.request_budget: counts HTTP requests, which only an endpoint "
                              "(victim.endpoint) is sent; use query_budget for a local model")
+        return self
+
+    @model_validator(mode="after")
+    def _lm_api(self) -> Scenario:
+        """A language model answers logprobs through a prediction API, and only it does."""
+        check_lm_api(self)
         return self
 
     @model_validator(mode="after")

@@ -170,6 +170,10 @@ def build_remote_victim(s: Any) -> Victim:
     where = display_url(ep.url)
     if urlsplit(ep.url).scheme not in ("http", "https") or not urlsplit(ep.url).hostname:
         raise BadInput(f"victim.endpoint.url: {where!r} is not an http(s) URL")
+    if ep.protocol == "openai":  # an LLM's completions API (victims/http/openai_backend.py)
+        from victims.http.openai_backend import build_openai_victim
+
+        return build_openai_victim(s, BlackBoxTruth, read_token(ep), read_headers(ep))
     if s.interface.kind == "whitebox":
         raise BadInput("interface.kind: whitebox is a weight release; an endpoint offers prediction, "
                        "gradient or smoothgrad")

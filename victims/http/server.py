@@ -192,7 +192,7 @@ def make_app(served: ServedModel, budgets: KeyBudgets, keys: set[str] | None,
         x, explain, want = parse(raw, served)
         budgets.charge(key, len(x))
         y = served.answer(x, explain)
-        if not np.isfinite(y).all():  # e.g. inputs of ±1e308 overflow the model
+        if isinstance(y, np.ndarray) and not np.isfinite(y).all():  # e.g. inputs of ±1e308 overflow the model
             raise RequestError(422, "UNPROCESSABLE_INPUT", "the answer for these inputs is not finite "
                                "(inputs too large for the model?)")
         return shape(y, explain, want)
@@ -227,6 +227,10 @@ def make_app(served: ServedModel, budgets: KeyBudgets, keys: set[str] | None,
         async def invocations(request: Request) -> Response:
             return await handle(request, lambda raw, sv: (*parse_request(raw, sv), None),
                                 lambda y, _e, _w: {"predictions": y.tolist()})
+    elif protocol == "openai":  # an `arch: lm` victim's completions API
+        from victims.http.server_openai import add_openai_routes
+
+        add_openai_routes(app, served, model_name, handle)
     else:
         from victims.http.server_oip import add_routes
 
@@ -316,7 +320,8 @@ class VictimServer:
     def url(self) -> str:
         host = self.sock.getsockname()[0]
         host = f"[{host}]" if ":" in host else host
-        path = {"kserve-v2": f"/v2/models/{self.model_name}", "kserve-v1": f"/v1/models/{self.model_name}"}
+        path = {"kserve-v2": f"/v2/models/{self.model_name}", "kserve-v1": f"/v1/models/{self.model_name}",
+                "openai": "/v1"}
         return f"http://{host}:{self.port}{path.get(self.protocol, '/invocations')}"
 
     def start(self, timeout_s: float = 30.0) -> VictimServer:

@@ -133,6 +133,10 @@ def make_protocol(spec: Any, token: str | None) -> WireProtocol:
         return TorchServeProtocol(spec.request_template, spec.response_path, token)
     if spec.protocol == "kserve-v1":
         return KServeV1Protocol()
+    if spec.protocol == "openai":
+        from victims.http.wire_openai import OpenAIProtocol
+
+        return OpenAIProtocol(spec)
     if spec.protocol == "kserve-v2":
         from victims.http.wire_v2 import OpenInferenceProtocol
 
