@@ -21,7 +21,7 @@ is read above their noise instead of "the whole input space"). When the gap at `
 unclear but a clear gap (≥ `min_gap`) lies higher up, the rank is read there; when no gap is
 clear anywhere the attack ends with `stopped_by: precision` and the subspace it has (scored as
 usual). Randomized explanations (explanation noise, SmoothGrad) get the same treatment: their
-noise per entry is measured on 8 points asked twice, values below 3·σ·(√rows + √d) do not
+noise per entry is measured on 8 points asked twice, values below 1.5·σ·(√rows + √d) do not
 count, and the rank is read at the spectrum's dominant gap above that floor (not at a fixed
 `min_gap`). The subspace so far is kept (`ctx.keep`) after every round.
 
@@ -231,6 +231,9 @@ class SpanNonAdaptive(Attack):
             if kinked:
                 art.notes.append(f"{kinked} of {samples} points set aside: their rows alone carried a "
                                  "direction (a step crossed a ReLU kink)")
+        if how == "noise_gap" and sigma_x > 0:
+            art.notes.append(f"rank {r} read at the spectrum's dominant gap ({gap:.3g}×) above the "
+                             "measured floor of the explanations' noise")
         if how == "largest_gap":
             art.notes.append(f"noise floor above rtol = {params.rtol}: rank read at the largest "
                              f"spectral gap ({gap:.3g})")
@@ -253,7 +256,8 @@ class SpanNonAdaptive(Attack):
             art.stopped_by = "precision"
             art.reason = (f"no clear spectral gap (σ_r/σ_r+1 = {gap:.3g} < {params.min_gap}): "
                           "outputs are noisy or rounded, the rank estimate is unreliable")
-        elif resid > params.max_heldout_residual and not (len(ranks) > 1 and ranks[-1] > ranks[-2]):
+        elif resid > self._residual_allowed(params, rows, sigma_x, r, d) and not (
+                len(ranks) > 1 and ranks[-1] > ranks[-2]):
             # the rank stood still, yet fresh gradients leave the span: noise, not growth
             art.stopped_by = "precision"
             art.reason = (f"the last {last} gradient rows keep {resid:.2g} of their energy outside "
@@ -282,6 +286,15 @@ class SpanNonAdaptive(Attack):
                 "exactly zero)")
 
     @staticmethod
+    def _residual_allowed(params: SpanParams, rows: torch.Tensor, sigma_x: float, r: int, d: int) -> float:
+        """The held-out residual a right span may leave: `max_heldout_residual`, or with measured
+        explanation noise 3× the share of a row's energy that noise puts outside an r-dim span."""
+        if sigma_x <= 0 or len(rows) == 0:
+            return params.max_heldout_residual
+        noise = sigma_x**2 * max(d - r, 0) / float(rows.pow(2).sum(1).mean().clamp_min(1e-300))
+        return max(params.max_heldout_residual, 3 * noise)
+
+    @staticmethod
     def _explain_noise(oracle, ctx) -> float | None:
         """The explanations' noise per entry (std), measured by asking 8 points twice (16
         queries): 0 for deterministic gradients, whose full rank is the first layer's; randomized
@@ -303,11 +316,12 @@ class SpanNonAdaptive(Attack):
     @staticmethod
     def _floor_of(noise, step, x_inf, d, sigma_x: float = 0.0):
         """The noise floor for a number of rows: finite differences' (the answers' noise through
-        the step), randomized explanations' (3·σ·(√rows + √d), σ measured), 0 for exact
+        the step), randomized explanations' (1.5·σ·(√rows + √d), σ measured: the top
+        singular value of their noise alone is about σ·(√rows + √d)), 0 for exact
         gradients."""
         if noise is not None:
             return lambda rows: noise_floor(noise, step, x_inf, rows, d)
-        return lambda rows: 3 * sigma_x * (rows**0.5 + d**0.5)
+        return lambda rows: 1.5 * sigma_x * (rows**0.5 + d**0.5)
 
     @staticmethod
     def _aside(rows, aside, per_row, last, r, how, rank_of):
