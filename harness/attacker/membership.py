@@ -6,9 +6,10 @@ test split), shuffled by a secret permutation: the attacker gets the points and 
 that order, never which are members (`MembershipTruth`, for the scorer only). It also gets its
 own pool (the scenario's attacker pool, or a user's `x_pool`/`y_pool`), the victim's declared
 training recipe (`victim.training`, the model spec, the training-set size; for a user's model file
-without `spec:`, e.g. ONNX, a documented stand-in family: `stand_in_recipe`), and reference models trained on request
-(harness/attacker/reference_models.py), here or on Ray (`membership.executor`) — one set per run
-and design, shared by every attack that asks (ML Privacy Meter's signal matrix).
+without `spec:`, e.g. ONNX, a documented stand-in family: `stand_in_recipe`), and reference
+models trained on request (harness/attacker/reference_models.py), here or on Ray
+(`membership.executor`) — one set per run and design, shared by every attack that asks (ML
+Privacy Meter's signal matrix).
 
 `canary_run(m)` is the one-run audit (Steinke, Nasr, Jagielski 2023) for victims leakmeter trains:
 m mislabeled canaries from held-out data, each included independently with probability ½, added
