@@ -24,6 +24,13 @@ cross-entropy alone); every 5th answer held out; at each snapshot
 (1, 2, 3, 5, 7, 10, 15, 20, 30, 50, … points, warm-started) training stops early on the held-out
 loss; after the last snapshot the model trains on every answer for `final_steps` more steps.
 
+Inputs as a plain thief takes them: the surrogate's first layer standardises with the attacker
+pool's per-feature mean and std (attacker knowledge, reported; identity without a pool), so raw
+tabular features (breast_cancer's 30, ranges 0.001…4000) train as well as pre-scaled ones; the
+copy still takes the API's inputs as they are. Noisy, rounded or top-k probabilities: a second
+copy learns each answer's top class as a hard label beside the soft-target one, and at every
+snapshot the copy that agrees with more held-out answers' top class is kept (`hard_labels`).
+
 How many queries: the whole query budget when there is one; without one, snapshots continue
 until the attacker's own learning curve is flat — held-out agreement with the API (regression:
 held-out R²) no better than the snapshot at half as many points, by more than its paired standard
