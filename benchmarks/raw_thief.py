@@ -11,7 +11,7 @@
 
 Agreement with the victim on its test split, mean ± sd over seeds.
 
-    python benchmarks/raw_thief.py [--seeds 3] [--only raw|noisy]
+    python benchmarks/raw_thief.py [--seeds 3] [--only raw|noisy] [--sigmas 0.15 0.2 0.3]
 """
 
 from __future__ import annotations
@@ -134,16 +134,18 @@ def raw_table(seeds: int) -> None:
                 t = thieves(x, y, xt, truth, seed)
                 t_mlp.append(t["mlp"])
                 t_lr.append(t["logreg"])
-            print(f"{kind:8s} {queries:7d} {_ms(ours):>15s} {_ms(t_mlp):>15s} {_ms(t_lr):>15s}")
+                print(f"  seed {seed}: {kind} {queries}: leakmeter {ours[-1]:.4f}, thief MLP {t['mlp']:.4f}, "
+                      f"logreg {t['logreg']:.4f}", flush=True)
+            print(f"{kind:8s} {queries:7d} {_ms(ours):>15s} {_ms(t_mlp):>15s} {_ms(t_lr):>15s}", flush=True)
 
 
-def noisy_table(seeds: int) -> None:
+def noisy_table(seeds: int, sigmas=(0.15, 0.2, 0.3)) -> None:
     from sklearn.neural_network import MLPClassifier
 
     print("\n## noisy probabilities: digits [32] MLP, output noise σ, budget 1500 (agreement on the "
           "victim's test split; thief: MLPClassifier on the answers' top class)")
     print(f"{'sigma':>6s} {'leakmeter':>15s} {'risk':>18s} {'thief MLP':>15s}")
-    for sigma in (0.15, 0.2, 0.3):
+    for sigma in sigmas:
         ours, theirs, risks = [], [], []
         for seed in range(seeds):
             s = scenario_from_dict({
@@ -165,7 +167,9 @@ def noisy_table(seeds: int) -> None:
             truth = rec.backend.predict(torch.as_tensor(xt), "label").numpy()
             m = MLPClassifier(max_iter=500, random_state=seed).fit(x, y_noisy)
             theirs.append(float((m.predict(xt) == truth).mean()))
-        print(f"{sigma:6.2f} {_ms(ours):>15s} {'/'.join(risks):>18s} {_ms(theirs):>15s}")
+            print(f"  seed {seed}: σ {sigma}: leakmeter {ours[-1]:.4f} ({risks[-1]}), thief {theirs[-1]:.4f}",
+                  flush=True)
+        print(f"{sigma:6.2f} {_ms(ours):>15s} {'/'.join(risks):>18s} {_ms(theirs):>15s}", flush=True)
 
 
 def victim_noisy_labels(victim, x, sigma, seed) -> np.ndarray:
@@ -184,12 +188,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--only", choices=["raw", "noisy"], default=None)
+    ap.add_argument("--sigmas", type=float, nargs="+", default=[0.15, 0.2, 0.3])
     a = ap.parse_args()
     t0 = time.time()
     if a.only in (None, "raw"):
         raw_table(a.seeds)
     if a.only in (None, "noisy"):
-        noisy_table(a.seeds)
+        noisy_table(a.seeds, a.sigmas)
     print(f"\n(total {time.time() - t0:.0f} s; scratch output in {OUT})")
 
 
