@@ -123,6 +123,7 @@ def raw_table(seeds: int) -> None:
                     "name": "bench-raw", "seed": seed, "device": "cpu",
                     "victim": {"model": {"arch": "file", "path": str(path),
                                          "spec": {"arch": "mlp", "hidden": hidden}}, "data": DATA},
+                    "attacker": {"pool": 85},  # the 171 held-out rows: 85 for the attacker, 86 to test
                     "interface": {"kind": "prediction", "output": "probabilities"},
                     "attacks": [{"name": "surrogate", "params": {"max_queries": queries}}],
                     "tracking": {"enabled": False}})

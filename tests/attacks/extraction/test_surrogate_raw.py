@@ -40,11 +40,11 @@ def test_surrogate_on_raw_features_reaches_the_plain_thief(tmp_path):
     s = scenario_from_dict(make_scenario(
         victim={"model": {"arch": "file", "path": str(p), "spec": {"arch": "mlp", "hidden": []}},
                 "data": DATA},
-        interface={"kind": "prediction", "output": "probabilities"},
+        attacker={"pool": 85}, interface={"kind": "prediction", "output": "probabilities"},
         attacks=[{"name": "surrogate", "params": {"max_queries": 85}}]))
     v = build_victim(s)
     (a,) = run_scenario(s, out=tmp_path / "o", victim=v)["attacks"]
-    assert a["metrics"]["standardised_inputs"] == 1.0
+    assert a["metrics"]["standardised_inputs"] == 1.0 and a["metrics"]["n_probes"] == 86
     assert any("standardised with the attacker pool" in n for n in a["notes"])
     # the plain thief on the same 85 points (the whole pool: the surrogate asked each once)
     pool = np.asarray(v.truth.data.x_pool)
@@ -93,3 +93,28 @@ def test_noisy_probabilities_surrogate_reaches_the_plain_thief(tmp_path):
     truth = v.backend.predict(torch.as_tensor(xt), "label").numpy()
     plain = float((MLPClassifier(max_iter=500, random_state=0).fit(x, y).predict(xt) == truth).mean())
     assert a["metrics"]["fidelity"] >= plain - 0.015, (a["metrics"], plain)
+
+
+def test_query_learning_on_raw_features_searches_standardised_coordinates(tmp_path):
+    """A ReLU MLP [8] on breast_cancer's raw features (the scaler folded in): query_learning's
+    Gaussian lines in raw units would sit far outside the data; in the pool's standardised
+    coordinates it recovers the network (scored against the victim on its test split)."""
+    p = tmp_path / "mlp.pt"
+    torch.manual_seed(0)
+    s0 = scenario_from_dict(make_scenario(victim={"model": {"arch": "mlp"}, "data": DATA}))
+    d = load_dataset(s0.victim.data, s0.seed)
+    mu, sd = d.x_train.mean(0), d.x_train.std(0)
+    w0, b0 = torch.randn(8, 30, dtype=torch.float64), torch.randn(8, dtype=torch.float64)
+    w = w0 / torch.as_tensor(sd)[None, :]
+    w2 = torch.randn(1, 8, dtype=torch.float64)
+    torch.save({"0.weight": w, "0.bias": b0 - w @ torch.as_tensor(mu), "2.weight": w2,
+                "2.bias": torch.zeros(1, dtype=torch.float64)}, p)
+    s = scenario_from_dict(make_scenario(
+        victim={"model": {"arch": "file", "path": str(p), "spec": {"arch": "mlp", "hidden": [8]}},
+                "data": DATA},
+        attacker={"pool": 85}, interface={"kind": "prediction", "output": "logits"},
+        attacks=[{"name": "query_learning"}]))
+    (a,) = run_scenario(s, out=tmp_path / "o")["attacks"]
+    m = a["metrics"]
+    assert m["standardised_inputs"] == 1.0 and any("standardised" in n for n in a["notes"])
+    assert m["output_r2"] > 0.99 and m["output_error"] < 1e-2, m
