@@ -37,11 +37,13 @@ class PoolScale:
         return self.points < 2
 
     def far_from_standard(self, tol: float = 3.0) -> bool:
-        """True when the pool is not already on a standard scale (some feature's mean beyond
-        `tol`, or its spread beyond a factor `tol` of 1): inputs as a model file takes them raw."""
+        """True when the pool is not on a standard scale: the median feature's mean beyond `tol`,
+        or its spread beyond a factor `tol` of 1 (raw inputs as a model file takes them; a few
+        odd features of standardised data do not count)."""
         if self.identity:
             return False
-        return bool((self.mean.abs() > tol).any() or (self.sd > tol).any() or (self.sd < 1 / tol).any())
+        off_mean = float(self.mean.abs().median()) > tol
+        return off_mean or float(self.sd.log().abs().median()) > float(torch.tensor(tol).log())
 
     def describe(self) -> str:
         if self.identity:

@@ -35,7 +35,7 @@ Practical choices instead of the theory's constants (documented, not required by
 - the regression uses `fit_factor`·(#features) Gaussian queries, plain least squares (the
   answers of earlier fits and checks are reused).
 Raw inputs far from a standard scale (a model file fed as it is; judged from the attacker pool's
-statistics: a feature's mean beyond 3 or its spread outside [1/3, 3]) are searched in the pool's
+statistics: the median feature's mean beyond 3 or its spread outside [1/3, 3]) are searched in the pool's
 standardised coordinates (attacker knowledge, reported), and the copy carries that scaling.
 Multi-output victims: every output shares the neurons; the regression has K targets (from
 probabilities, centred logits). Noisy outputs blur the neurons; the fit then degrades and the
