@@ -60,6 +60,17 @@ class Recipe:
         self.init_seed = s.seed  # the deployed victim's init seed (known by default)
         self.n_trained = 0
         self.train_seconds = 0.0
+        self.stand_in: str | None = None  # what stands in for an unknown architecture (None: the victim's)
+        self.input_scale: Any = None  # a stand-in's input standardisation (harness/attacker/scaling.py)
+
+    def inputs(self, x: torch.Tensor) -> torch.Tensor:
+        """x as the recipe's models take it: standardised with the attacker pool's statistics
+        for a stand-in, else as it is."""
+        if self.input_scale is None or self.input_scale.identity:
+            return x
+        sc = self.input_scale
+        flat = (x.reshape(len(x), -1) - sc.mean.to(x)) / sc.sd.to(x)
+        return flat.reshape(x.shape)
 
     @property
     def deterministic(self) -> bool:
@@ -75,7 +86,7 @@ class Recipe:
 
     def describe(self) -> dict[str, Any]:
         """The recipe as plain data (model spec, training spec, DP spec)."""
-        return {"model": self.spec.model_dump(mode="json"),
+        return {"model": self.spec.model_dump(mode="json"), "stand_in": self.stand_in,
                 "training": self.training.model_dump(mode="json"),
                 "dp_sgd": self.dp.model_dump(mode="json") if self.dp else None,
                 "task": self.task}
@@ -90,7 +101,7 @@ class Recipe:
         """A model trained by A on (x, y); `seed` drives DP noise and minibatch order."""
         t0 = time.perf_counter()
         model = self.build(init_seed)
-        x = x.to(self.device, self.dtype)
+        x = self.inputs(x.to(self.device, self.dtype))
         y = y.to(self.device)
         if self.task == "regression":
             y = y.to(self.dtype)
@@ -117,7 +128,7 @@ class Recipe:
         """(K, N, out) raw outputs of flat-parameter models on x."""
         from harness.attacker.shadows import outputs_many
 
-        return outputs_many(self, flat, x.to(self.device, self.dtype))
+        return outputs_many(self, flat, self.inputs(x.to(self.device, self.dtype)))
 
 
 @dataclass

@@ -5,10 +5,11 @@ The evaluation set is the victim's members and an equal number of non-members (i
 test split), shuffled by a secret permutation: the attacker gets the points and their labels, in
 that order, never which are members (`MembershipTruth`, for the scorer only). It also gets its
 own pool (the scenario's attacker pool, or a user's `x_pool`/`y_pool`), the victim's declared
-training recipe (`victim.training`, the model spec, the training-set size; a user's model file
-needs `spec:` for reference models), and reference models trained on request
-(harness/attacker/reference_models.py), here or on Ray (`membership.executor`) — one set per run
-and design, shared by every attack that asks (ML Privacy Meter's signal matrix).
+training recipe (`victim.training`, the model spec, the training-set size; for a user's model file
+without `spec:`, e.g. ONNX, a documented stand-in family: `stand_in_recipe`), and reference
+models trained on request (harness/attacker/reference_models.py), here or on Ray
+(`membership.executor`) — one set per run and design, shared by every attack that asks (ML
+Privacy Meter's signal matrix).
 
 `canary_run(m)` is the one-run audit (Steinke, Nasr, Jagielski 2023) for victims leakmeter trains:
 m mislabeled canaries from held-out data, each included independently with probability ½, added
@@ -104,15 +105,16 @@ class MembershipKnowledge:
 
     @property
     def recipe(self):
-        """The declared training recipe (None when the model cannot be rebuilt)."""
+        """The declared training recipe; for a model file without `spec:` a stand-in (see
+        `stand_in_recipe`); None without data to train on."""
         from harness.attacker.informed import Recipe
 
         spec = self.s.victim.model
-        if spec.arch == "file" and spec.spec is None:
-            return None
         info = self.victim.info
         r = Recipe(self.s, info.task, self.victim.truth.data.input_shape, info.n_outputs,
                    info.device, info.dtype)
+        if spec.arch == "file" and spec.spec is None:
+            return stand_in_recipe(r, self.victim.truth.data.x_pool)
         if spec.arch == "file":
             r.spec = spec.spec
         return r
@@ -240,6 +242,27 @@ class MembershipKnowledge:
             self.truth = MembershipTruth(np.zeros(0, bool), self.victim.truth)
         for k, v in secret.items():
             setattr(self.truth, k, v)
+
+
+STAND_IN_HIDDEN = [64]  # the documented stand-in family: a ReLU MLP of one hidden layer of 64
+
+
+def stand_in_recipe(r: Any, x_pool: Any, hidden: list[int] | None = None) -> Any:
+    """A recipe whose models stand in for a victim of unknown architecture (a model file without
+    `spec:`, e.g. ONNX): a ReLU MLP (`hidden`, default [64]) fitted to the victim's task with the
+    scenario's training recipe on inputs standardised with the attacker pool's statistics
+    (attacker knowledge); `r.stand_in` says so in every report line that names the recipe."""
+    from harness.attacker.scaling import PoolScale
+    from harness.scenario.schema import ModelSpec
+
+    widths = list(hidden or STAND_IN_HIDDEN)
+    r.spec = ModelSpec(arch="mlp", hidden=widths)
+    r.init_seed = r.init_seed * 7919 + 11  # the victim's own initialisation is not known
+    dim = int(np.prod(r.input_shape))
+    r.input_scale = PoolScale.of(x_pool, dim, r.device)
+    r.stand_in = (f"stand-in reference models: ReLU MLP {widths} (the victim's architecture is "
+                  f"unknown), {r.input_scale.describe()}")
+    return r
 
 
 class MembershipAccess:

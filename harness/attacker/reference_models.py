@@ -191,7 +191,8 @@ def train_reference_set(recipe: Any, ev: Any, k: int, design: str, seed: int, kn
     if stackable(recipe):
         run_chunks = None if executor is None else executor.run_chunks
         where = "local" if executor is None else executor.name
-        flat = train_stacked(recipe, x, y, idx, seed=seed * 31 + 17, init_seeds=inits,
+        xs = recipe.inputs(x) if hasattr(recipe, "inputs") else x  # a stand-in's standardisation
+        flat = train_stacked(recipe, xs, y, idx, seed=seed * 31 + 17, init_seeds=inits,
                              run_chunks=run_chunks)
         batched = True
     elif allow_loop:

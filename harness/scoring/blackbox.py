@@ -11,7 +11,11 @@ verification metric is reported and the judges leave the attack `incomplete`, ne
 - model and surrogate artifacts (an extracted model in `data["model"]`): `blackbox_agreement`,
   the fraction of fresh probes (the named dataset's test inputs, else N(0, I) in the input domain)
   on which it and the endpoint predict the same label, with Cohen's κ `blackbox_kappa`
-  (regression: `blackbox_r2` of the surrogate's output against the endpoint's);
+  (regression: `blackbox_r2` of the surrogate's output against the endpoint's), the probes'
+  number `n_probes` and one-sided 95% lower bounds `agreement_lower`, `kappa_lower` (`r2_lower`;
+  harness/scoring/bounds.py). The judge decides on the bounds; while the bounds straddle a risk
+  level, probes are added (doubling from 256 up to 2048, or until the scan's row cap or the
+  held-out inputs run out), so a few probes more or less cannot move a verdict;
 - subspace artifacts: `blackbox_span_rank` and its stability on fresh gradients,
   `blackbox_heldout_angle_deg` (the largest angle between a held-out gradient and the recovered
   span; ~0 when the span is right) and `blackbox_heldout_energy` (mean fraction of a held-out
@@ -38,7 +42,8 @@ from harness.scoring.model import cohen_kappa
 from victims.http.client import EndpointError
 
 SPAN_PROBES = 8  # held-out gradient points
-MODEL_PROBES = 256  # held-out points for surrogate agreement
+MODEL_PROBES = 256  # held-out points for surrogate agreement, at first
+MAX_PROBES = 2048  # ... and at most, while the bounds straddle a risk level
 
 def _probe_gen(truth: Any, salt: int) -> torch.Generator:
     return torch.Generator(device="cpu").manual_seed(int(truth.seed) * 1000003 + salt)
@@ -111,31 +116,81 @@ def span_stability(artifact: Any, truth: Any, info: Any) -> dict[str, float]:
     return out
 
 
+def _probe_chunk(truth: Any, info: Any, start: int, n: int) -> torch.Tensor:
+    """Probes start … start + n: the named dataset's test inputs (in distribution, never queried
+    by an attack; none beyond them), else seeded N(0, I) clipped to the declared input domain."""
+    held = getattr(truth, "x_heldout", None)
+    if held is not None and len(held):
+        return held[start : start + n].to(torch.float64).reshape(-1, info.dim)
+    gen = _probe_gen(truth, 2)
+    x = torch.randn(start + n, info.dim, generator=gen, dtype=torch.float64)[start:]
+    return x.clamp(info.input_low, info.input_high)
+
+
+def _levels(m: dict[str, float], regression: bool) -> tuple[str, str]:
+    """(risk level at the lower bounds, at the upper bounds) of a black-box judgment."""
+    from harness.attacks.extraction.fidelity import label_level, r2_level
+
+    if regression:
+        return r2_level(m["r2_lower"]), r2_level(m["r2_upper"])
+    return (label_level(m["agreement_lower"], m["kappa_lower"]),
+            label_level(m["agreement_upper"], m["kappa_upper"]))
+
+
+def _judge_sample(y_api: torch.Tensor, y_sur: torch.Tensor, info: Any, seed: int) -> dict[str, float]:
+    """Point estimates and one-sided 95% bounds on the probes answered so far."""
+    from harness.scoring.bounds import label_bounds, r2_bounds
+
+    if info.task == "regression":
+        a, b = y_api.reshape(-1).double(), y_sur.reshape(len(y_sur), -1)[:, 0]
+        ss = float(((a - a.mean()) ** 2).sum()) or 1.0
+        lo, hi = r2_bounds(a, b, seed)
+        return {"blackbox_r2": 1.0 - float(((a - b) ** 2).sum()) / ss, "r2_lower": lo, "r2_upper": hi,
+                "n_probes": float(len(a))}
+    # surrogates output raw (or centred) logits: one column is thresholded at 0
+    mine, theirs = api_labels(y_sur, "logits"), api_labels(y_api, info.output)
+    kappa = cohen_kappa(theirs, mine)
+    return {"blackbox_agreement": float((mine == theirs).double().mean()), "blackbox_kappa": kappa,
+            **label_bounds(theirs, mine, kappa)}
+
+
 @scorer("surrogate", blackbox=True)
 @scorer("model", blackbox=True)
 def surrogate_agreement(artifact: Any, truth: Any, info: Any) -> dict[str, float]:
-    """Agreement of the extracted surrogate with the endpoint on held-out probes."""
+    """Agreement of the extracted surrogate with the endpoint on held-out probes, with one-sided
+    95% bounds; while the bounds straddle a risk level, more probes (doubling, up to MAX_PROBES
+    in all or the scan's row cap) narrow them."""
     model = artifact.data.get("model", artifact.data.get("surrogate"))
     if model is None or not callable(model):
         return {}
-    x = probe_points(truth, info)
-    before = truth.endpoint.stats.rows_sent
-    try:
-        y_api = truth.probe_predict(x)
-    except (BudgetExhausted, EndpointError) as exc:
-        unverified(artifact, exc)
-        return {"blackbox_probes": 0.0, "blackbox_unverified": 1.0}
-    out = {"blackbox_probes": float(truth.endpoint.stats.rows_sent - before)}
     dtype = next((p.dtype for p in getattr(model, "parameters", list)()), torch.float64)
-    with torch.no_grad():
-        y_sur = model(x.to(dtype)).detach().to(torch.float64).cpu()
-    if info.task == "regression":
-        a, b = y_api.reshape(-1).double(), y_sur.reshape(len(x), -1)[:, 0]
-        ss = float(((a - a.mean()) ** 2).sum()) or 1.0
-        out["blackbox_r2"] = 1.0 - float(((a - b) ** 2).sum()) / ss
-        return out
-    # surrogates output raw (or centred) logits: one column is thresholded at 0
-    mine, theirs = api_labels(y_sur, "logits"), api_labels(y_api, info.output)
-    out["blackbox_agreement"] = float((mine == theirs).double().mean())
-    out["blackbox_kappa"] = cohen_kappa(theirs, mine)
-    return out
+    before = truth.endpoint.stats.rows_sent
+    xs, ys, want, m = [], [], MODEL_PROBES, {}
+    while True:
+        x = _probe_chunk(truth, info, sum(len(v) for v in xs), want - sum(len(v) for v in xs))
+        if len(x) == 0:
+            if xs:
+                artifact.notes.append(f"verification: the held-out probe points ran out at "
+                                      f"{sum(len(v) for v in xs)} while the bounds straddled a level")
+            break
+        try:
+            y = truth.probe_predict(x)
+        except (BudgetExhausted, EndpointError) as exc:
+            if not xs:
+                unverified(artifact, exc)
+                return {"blackbox_probes": 0.0, "blackbox_unverified": 1.0}
+            artifact.notes.append(f"verification stopped adding probes at {sum(len(v) for v in xs)}: "
+                                  f"{type(exc).__name__}: {exc}"[:300])
+            break
+        xs.append(x)
+        ys.append(y.to(torch.float64).cpu())
+        xa = torch.cat(xs)
+        with torch.no_grad():
+            y_sur = model(xa.to(dtype)).detach().to(torch.float64).cpu()
+        m = _judge_sample(torch.cat(ys), y_sur, info, int(truth.seed))
+        lo, hi = _levels(m, info.task == "regression")
+        if lo == hi or len(xa) >= MAX_PROBES:
+            break
+        want = min(2 * len(xa), MAX_PROBES)
+    m.pop("agreement_upper", None), m.pop("kappa_upper", None), m.pop("r2_upper", None)
+    return {"blackbox_probes": float(truth.endpoint.stats.rows_sent - before), **m}

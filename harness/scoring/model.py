@@ -138,6 +138,10 @@ def compare_outputs(f: torch.Tensor, g: torch.Tensor, space: str, task: str,
             same |= f[:, 0].abs() <= 1e-12 * rms
         out["agreement"] = float(same.double().mean())
         out["kappa"] = cohen_kappa(lf, torch.where(same, lf, lg))
+        from harness.scoring.bounds import label_bounds
+
+        b = label_bounds(lf, torch.where(same, lf, lg), out["kappa"])  # a sample's 95% lower bounds
+        out.update({k: b[k] for k in ("n_probes", "agreement_lower", "kappa_lower")})
         out["majority_share"] = float(torch.bincount(lf).max()) / max(len(lf), 1)
     return out
 
@@ -197,7 +201,7 @@ def score_model(artifact, truth, info) -> dict[str, float]:
     out["exact"] = float(worst <= out["exact_tolerance"])
     out["output_error"] = out[f"output_error_{held}"]
     out["output_r2"] = out[f"output_r2_{held}"]
-    for key in ("agreement", "kappa", "majority_share"):
+    for key in ("agreement", "kappa", "majority_share", "n_probes", "agreement_lower", "kappa_lower"):
         if f"{key}_{held}" in out:
             out[key] = out[f"{key}_{held}"]
     parts = two_layer(truth.model)
@@ -274,7 +278,12 @@ def score_surrogate(artifact, truth, info) -> dict[str, float]:
     artifact.data["curves"] = curves
     out = {"fidelity": fid_curve[-1][1], "accuracy": acc_curve[-1][1]}
     if info.task != "regression":
-        out["kappa"] = cohen_kappa(api_labels(f, "logits"), api_labels(g, "logits"))
+        from harness.scoring.bounds import label_bounds
+
+        lf, lg = api_labels(f, "logits"), api_labels(g, "logits")
+        out["kappa"] = cohen_kappa(lf, lg)
+        b = label_bounds(lf, lg, out["kappa"])  # the test split is a sample: its 95% lower bounds
+        out.update({k: b[k] for k in ("n_probes", "agreement_lower", "kappa_lower")})
         out["majority_share"] = float(torch.bincount(api_labels(f, "logits")).max()) / max(len(f), 1)
     for level, key in ((0.9, "queries_to_90"), (0.95, "queries_to_95")):
         q = first_reaching(fid_curve, level)

@@ -79,3 +79,45 @@ def test_an_artifact_no_probe_could_verify_is_incomplete_never_low(tmp_path):
     assert a["status"] == "incomplete" and a["risk"] is None and a["stopped_by"] == "cap", a
     assert "verified" in a["reason"] and rep["verdict"] == "inconclusive"
     assert rep["queries_sent_total"] <= 302
+
+
+class _Blurred(torch.nn.Module):
+    """The true model with a deterministic, input-dependent blur (~95% agreement on digits)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        self.r = torch.randn(64, 10, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+
+    def forward(self, x):
+        f = self.model(x)
+        return f + 0.08 * f.std() * torch.sin(x.double() @ self.r)
+
+
+def test_a_judgment_near_a_level_adds_probes_and_decides_on_the_lower_bound():
+    """Issue 30: a copy at ~95% agreement straddles the high bar on 256 probes: the scorer adds
+    probes (here until the held-out inputs run out), reports n_probes and one-sided 95% lower
+    bounds (Clopper–Pearson, computed independently here), and the judge decides on them."""
+    from scipy.stats import binomtest
+
+    from harness.attacks.extraction.fidelity import judge_fidelity
+
+    s = scenario_from_dict(SCENARIO)
+    served, local = build_served(s)
+    server = VictimServer(served).start()
+    try:
+        remote = json.loads(json.dumps(SCENARIO))
+        remote["victim"]["endpoint"] = {"url": server.url}
+        victim = build_victim(scenario_from_dict(remote))
+        m = score(Artifact("model", data={"model": _Blurred(local.truth.model)}), victim.truth,
+                  victim.info)
+    finally:
+        server.close()
+    n = int(m["n_probes"])
+    assert 256 < n == m["blackbox_probes"] <= 2048
+    k = round(m["blackbox_agreement"] * n)
+    lo = binomtest(k, n).proportion_ci(confidence_level=0.90, method="exact").low
+    assert abs(m["agreement_lower"] - lo) < 1e-9 and m["agreement_lower"] < m["blackbox_agreement"]
+    assert m["kappa_lower"] < m["blackbox_kappa"]
+    risk, reason = judge_fidelity({**m, "queries": 100})
+    assert risk == "medium" and f"{n} held-out probes" in reason and "lower bounds" in reason

@@ -17,8 +17,9 @@ Thresholds (every extraction attack, every victim family):
 A surrogate's learning curve is judged on its final `fidelity`: label agreement with κ by the
 label bars; for regression its R² against the victim's outputs (high ≥ 0.99, medium ≥ 0.9).
 Against an endpoint without truth, the held-out probes' `blackbox_agreement` with
-`blackbox_kappa` (classifiers) or `blackbox_r2` (regression, the R² bars) stand in; with no probe
-answered there is no risk (None: the attack is `incomplete`, never low).
+`blackbox_kappa` (classifiers) or `blackbox_r2` (regression, the R² bars) stand in, judged on
+their one-sided 95% lower bounds (`agreement_lower`, `kappa_lower`, `r2_lower` over `n_probes`);
+with no probe answered there is no risk (None: the attack is `incomplete`, never low).
 """
 
 from __future__ import annotations
@@ -114,13 +115,21 @@ def judge_agreement(m: dict[str, float], what: str = "surrogate",
 
 
 def _blackbox(m: dict[str, float], what: str, q: int) -> tuple[str | None, str]:
+    """Decided on the one-sided 95% lower bounds where the scorer gives them (n probes)."""
+    n = int(m.get("n_probes", m.get("blackbox_probes", 0)))
     if "blackbox_agreement" in m:
         a, kappa = m["blackbox_agreement"], m.get("blackbox_kappa")
-        return label_level(a, kappa), (
-            f"the extracted {what} agrees with the endpoint on {a:.1%} of held-out probes"
-            f"{_kappa_words(kappa)} ({q} queries; no truth to compare)")
+        lo, k_lo = m.get("agreement_lower", a), m.get("kappa_lower", kappa)
+        bound = (f"; 95% lower bounds {lo:.1%}" + ("" if k_lo is None else f", κ {k_lo:.3f}")
+                 if "agreement_lower" in m else "")
+        return label_level(lo, k_lo), (
+            f"the extracted {what} agrees with the endpoint on {a:.1%} of {n} held-out probes"
+            f"{_kappa_words(kappa)}{bound} ({q} queries; no truth to compare)")
     if "blackbox_r2" in m:
         r2 = m["blackbox_r2"]
-        return r2_level(r2), f"the extracted {what} reaches R² {r2:.4f} on held-out probes ({q} queries)"
+        lo = m.get("r2_lower", r2)
+        bound = f", 95% lower bound {lo:.4f}" if "r2_lower" in m else ""
+        return r2_level(lo), (f"the extracted {what} reaches R² {r2:.4f} on {n} held-out probes"
+                              f"{bound} ({q} queries)")
     return None, (f"the extracted {what} could not be verified: no held-out probe of the deployed model "
                   f"was answered ({q} queries)")

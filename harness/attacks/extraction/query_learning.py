@@ -34,6 +34,9 @@ Practical choices instead of the theory's constants (documented, not required by
   until two lines in a row add no unit;
 - the regression uses `fit_factor`·(#features) Gaussian queries, plain least squares (the
   answers of earlier fits and checks are reused).
+Raw inputs far from a standard scale (a model file fed as it is; judged from the attacker pool's
+statistics: the median feature's mean beyond 3 or its spread outside [1/3, 3]) are searched in the pool's
+standardised coordinates (attacker knowledge, reported), and the copy carries that scaling.
 Multi-output victims: every output shares the neurons; the regression has K targets (from
 probabilities, centred logits). Noisy outputs blur the neurons; the fit then degrades and the
 attacker-side `self_check_loss` on fresh queries says so.
@@ -44,7 +47,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
+from harness.attacker.scaling import PoolScale, ScaledOracle
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
 from harness.attacks.extraction import line_pieces as lp
@@ -130,6 +135,23 @@ class QueryLearning(Attack):
         return super().skip_reason(info)
 
     def run(self, oracle, p: QueryLearningParams, ctx) -> Artifact:
+        scale = PoolScale.of(getattr(oracle.info, "x_pool", None), oracle.info.dim, oracle.device)
+        if not scale.far_from_standard():
+            return self._run(oracle, p, ctx)
+        # raw inputs (a model file fed as it is): Gaussian lines and regression points in the
+        # pool's standardised coordinates, the copy behind the same standardisation
+        art = self._run(ScaledOracle(oracle, scale), p, ctx)
+        net = art.data.get("model")
+        if net is not None:
+            art.data["model"] = nn.Sequential(scale.layer(), net)
+            w, off = art.data["normals"], art.data["offsets"]
+            sd, mu = scale.sd.to(w), scale.mean.to(w)
+            art.data["normals"], art.data["offsets"] = w / sd, off - (w / sd) @ mu
+        art.notes.append(scale.describe())
+        art.metrics["standardised_inputs"] = 1.0
+        return art
+
+    def _run(self, oracle, p: QueryLearningParams, ctx) -> Artifact:
         d, dev = oracle.info.dim, oracle.device
         cap = p.max_queries if p.max_queries is not None else oracle.remaining
         # what ends it when the queries run out: the deployment's budget, or its own max_queries

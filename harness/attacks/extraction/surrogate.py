@@ -24,6 +24,13 @@ cross-entropy alone); every 5th answer held out; at each snapshot
 (1, 2, 3, 5, 7, 10, 15, 20, 30, 50, … points, warm-started) training stops early on the held-out
 loss; after the last snapshot the model trains on every answer for `final_steps` more steps.
 
+Inputs as a plain thief takes them: the surrogate's first layer standardises with the attacker
+pool's per-feature mean and std (attacker knowledge, reported; identity without a pool), so raw
+tabular features (breast_cancer's 30, ranges 0.001…4000) train as well as pre-scaled ones; the
+copy still takes the API's inputs as they are. Noisy, rounded or top-k probabilities: a second
+copy learns each answer's top class as a hard label beside the soft-target one, and at every
+snapshot the copy that agrees with more held-out answers' top class is kept (`hard_labels`).
+
 How many queries: the whole query budget when there is one; without one, snapshots continue
 until the attacker's own learning curve is flat — held-out agreement with the API (regression:
 held-out R²) no better than the snapshot at half as many points, by more than its paired standard
@@ -46,6 +53,7 @@ from pydantic import Field
 from torch import nn
 
 from harness.attacker.compute import place as place_work
+from harness.attacker.scaling import PoolScale
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
 from harness.attacks.gradients import api_labels, decimal_grid
@@ -84,9 +92,9 @@ def checkpoints(limit: int) -> list[int]:
         scale *= 10
 
 
-def build_mlp(d: int, k: int, hidden: list[int]) -> nn.Sequential:
-    """A ReLU MLP d → hidden… → k in float64."""
-    layers: list[nn.Module] = []
+def build_mlp(d: int, k: int, hidden: list[int], scale: PoolScale | None = None) -> nn.Sequential:
+    """A ReLU MLP d → hidden… → k in float64, behind the attacker's input standardisation."""
+    layers: list[nn.Module] = [] if scale is None or scale.identity else [scale.layer()]
     widths = [d, *hidden]
     for a, b in zip(widths[:-1], widths[1:], strict=True):
         layers += [nn.Linear(a, b), nn.ReLU()]
@@ -139,13 +147,18 @@ def logit_gap_loss(out: torch.Tensor, y: torch.Tensor, output: str) -> torch.Ten
 
 
 def membership_loss(out: torch.Tensor, y: torch.Tensor, output: str, task: str,
-                    logits: bool = False) -> torch.Tensor:
+                    logits: bool = False, hard: bool = False) -> torch.Tensor:
     """ℓ_M: squared error for regression; else cross-entropy against labels or the returned
     probabilities (soft targets, clipped at 0 and renormalised; logits through a softmax), plus,
     when the answers carry logits (`logits`: clean probabilities or a logit API), the logit-gap
-    loss with the cross-entropy at weight 0.1."""
+    loss with the cross-entropy at weight 0.1. `hard`: each answer's top class as a label."""
     if task == "regression":
         return (out[:, 0] - y.reshape(-1)).pow(2).mean()
+    if hard and output != "label":
+        lab = api_labels(y, output)
+        if out.shape[1] == 1:
+            return nn.functional.binary_cross_entropy_with_logits(out[:, 0], lab.double())
+        return nn.functional.cross_entropy(out, lab)
     if out.shape[1] == 1:  # binary, one logit
         target = y.double() if output == "label" else (
             y[:, -1].clamp(0, 1) if output == "probabilities" else torch.sigmoid(y[:, 0]))
@@ -244,9 +257,17 @@ class Surrogate(Attack):
         elif source == "pool" and n_max > len(pool):
             notes.append(f"queries beyond the pool's {len(pool)} points: pool points with jitter "
                          f"{p.jitter:g}× the feature std")
+        scale = PoolScale.of(pool if source == "pool" else None, info.dim, dev)
+        notes.append(scale.describe())
         torch.manual_seed(ctx.seed)
-        net = build_mlp(info.dim, max(1, info.n_outputs), hidden).to(dev)
+        net = build_mlp(info.dim, max(1, info.n_outputs), hidden, scale).to(dev)
         opt = torch.optim.Adam(net.parameters(), lr=p.lr)
+        # noisy, rounded or top-k probabilities: a second copy learns each answer's top class as a
+        # hard label; the one that agrees better with the held-out answers is the snapshot
+        two = info.output == "probabilities" and info.task != "regression"
+        hard = copy.deepcopy(net) if two else None
+        opt_h = torch.optim.Adam(hard.parameters(), lr=p.lr) if two else None
+        form = "soft"
         ans = Answers(x_all[:0], None, None)
         snaps: list[tuple[int, int, nn.Module]] = []
         curve: list[tuple[int, float]] = []
@@ -263,6 +284,11 @@ class Surrogate(Attack):
             held = heldout_mask(n, dev)
             self._train(net, opt, ans.part(~held), ans.part(held), p, info, joint, p.steps)
             model = copy.deepcopy(net).eval()
+            if two and not clean_answers(ans.y, info.output):
+                self._train(hard, opt_h, ans.part(~held), ans.part(held), p, info, joint, p.steps, True)
+                form = self._better(model, hard, ans.part(held), info)
+                if form == "hard":
+                    model = copy.deepcopy(hard).eval()
             snaps.append((n * cost, n, model))
             if int(held.sum()) >= MIN_HELD:
                 score, gain, se = self._progress(model, snaps, ans.part(held), info)
@@ -274,7 +300,14 @@ class Surrogate(Attack):
         if bar is not None:
             bar.set_postfix_str(f"final training on {len(ans.x)} answers")
         n = snaps[-1][1]
-        self._train(net, opt, ans, None, p, info, joint, p.final_steps)
+        if form == "hard":
+            net, opt = hard, opt_h
+            notes.append("answers read as hard labels (each answer's top class): they agreed better "
+                         "with the held-out answers than soft targets")
+        elif two and not clean_answers(ans.y, info.output):
+            notes.append("answers read as soft targets: they agreed at least as well with the "
+                         "held-out answers as hard labels")
+        self._train(net, opt, ans, None, p, info, joint, p.final_steps, form == "hard")
         final = copy.deepcopy(net).eval()
         if bar is not None:
             bar.close()
@@ -293,7 +326,9 @@ class Surrogate(Attack):
                          f"points {gain:+.3f}, paired s.e. {se:.3f})")
         art = self._artifact(snaps, final, ctx, joint, source, info, curve, n, n_max, notes)
         art.metrics.update({"queries_per_point": float(cost), "heldout_gain": gain,
-                            "surrogate_params": float(sum(q.numel() for q in net.parameters()))})
+                            "surrogate_params": float(sum(q.numel() for q in net.parameters())),
+                            "standardised_inputs": float(not scale.identity),
+                            "hard_labels": float(form == "hard")})
         art.notes.append(f"surrogate MLP {hidden}, queries from {source}")
         art.stopped_by, art.reason = stopped, reason
         return art
@@ -370,10 +405,23 @@ class Surrogate(Attack):
         return [128]
 
     @staticmethod
-    def _loss(net, a: Answers, info, joint: bool, lam: float, gscale, logits: bool) -> torch.Tensor:
+    def _better(soft, hard, held: Answers, info) -> str:
+        """"hard" when the hard-label copy agrees with more held-out answers' top class than the
+        soft-target copy, else "soft" (also without held-out answers)."""
+        if len(held.x) == 0:
+            return "soft"
+        api = api_labels(held.y, info.output)
+        with torch.no_grad():
+            a = (api_labels(soft(held.x), "logits") == api).double().mean()
+            b = (api_labels(hard(held.x), "logits") == api).double().mean()
+        return "hard" if float(b) > float(a) else "soft"
+
+    @staticmethod
+    def _loss(net, a: Answers, info, joint: bool, lam: float, gscale, logits: bool,
+              hard: bool = False) -> torch.Tensor:
         x = a.x.detach().requires_grad_(joint)
         out = net(x)
-        loss = membership_loss(out, a.y, info.output, info.task, logits)
+        loss = membership_loss(out, a.y, info.output, info.task, logits and not hard, hard)
         if joint:
             pred = (api_labels(a.y, info.output) if info.task != "regression"
                     else torch.zeros(len(x), dtype=torch.long, device=x.device))
@@ -383,14 +431,14 @@ class Surrogate(Attack):
         return loss
 
     def _train(self, net, opt, train: Answers, held: Answers | None, p: SurrogateParams, info,
-               joint: bool, steps: int) -> None:
+               joint: bool, steps: int, hard: bool = False) -> None:
         """Up to `steps` Adam steps on (mini-)batches of `train`; with held-out answers, the
         state with the lowest held-out loss (checked every 10 steps) is kept and training stops
         after `patience` steps without improvement."""
         if len(train.x) == 0:
             return
         gscale = train.g.pow(2).sum(1).mean().clamp_min(1e-12) if joint else None
-        logits = clean_answers(train.y, info.output) and (
+        logits = not hard and clean_answers(train.y, info.output) and (
             held is None or len(held.x) == 0 or clean_answers(held.y, info.output))
         for group in opt.param_groups:  # labels and cross-entropy alone overfit sooner
             group["weight_decay"] = p.weight_decay if p.weight_decay is not None else (
@@ -403,13 +451,13 @@ class Surrogate(Attack):
             if len(train.x) > p.batch:
                 idx = torch.randperm(len(train.x), generator=gen)[: p.batch].to(train.x.device)
                 part = Answers(train.x[idx], train.y[idx], None if train.g is None else train.g[idx])
-            loss = self._loss(net, part, info, joint, p.lam, gscale, logits)
+            loss = self._loss(net, part, info, joint, p.lam, gscale, logits, hard)
             opt.zero_grad()
             loss.backward()
             opt.step()
             if watch and step % 10 == 9:
                 with torch.enable_grad() if joint else torch.no_grad():
-                    h = float(self._loss(net, held, info, joint, p.lam, gscale, logits).detach())
+                    h = float(self._loss(net, held, info, joint, p.lam, gscale, logits, hard).detach())
                 if h < best - 1e-9 * abs(best):
                     best, state, since = h, copy.deepcopy(net.state_dict()), 0
                 else:

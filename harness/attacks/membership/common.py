@@ -89,8 +89,8 @@ def target_phi(oracle, kn, x: torch.Tensor, y: torch.Tensor,
 
     info = oracle.info
     shape = info.input_shape
-    if oracle.offers("weights") and kn.recipe is not None:
-        w = oracle.weights()
+    if oracle.offers("weights") and kn.recipe is not None and not kn.recipe.stand_in:
+        w = oracle.weights()  # a stand-in's architecture is not the released weights
         flat = torch.cat([v.reshape(-1) for v in w.values()]).to(info.device, info.dtype)
         cols = [phi_from_logits(kn.recipe.outputs_many(flat[None], shifted(x, shape, s))[0], y, info.task)
                 for s in shifts]

@@ -124,6 +124,9 @@ class MiaLira(Attack):
         target = target_phi(oracle, kn, ev.x[:n], ev.y[:n], shifts)
         seed = ctx.threat.seed * 1009 + 13 if ctx.threat else ctx.seed  # shared by the run
         notes, metrics, curves = [], {"shadows": float(params.shadows)}, {}
+        if recipe.stand_in:  # a model file of unknown architecture: a stand-in family, said so
+            notes.append(recipe.stand_in)
+            metrics["stand_in"] = 1.0
         online = offline = None
         lacking: list[str] = []
         seen: dict[int, int] = {}  # reference sets used: id → models dropped

@@ -43,7 +43,8 @@ class MiaLoss(Attack):
         ev = kn.eval_set(params.max_members)
         n = paid_points(oracle, len(ev))
         x, y = ev.x[:n], ev.y[:n]
-        label_only = oracle.info.output == "label" and not (oracle.offers("weights") and kn.recipe)
+        label_only = oracle.info.output == "label" and not (oracle.offers("weights") and kn.recipe
+                                                         and not kn.recipe.stand_in)
         score = target_correct(oracle, x, y) if label_only else target_phi(oracle, kn, x, y)[:, 0]
         notes = ["score: 1[prediction right] (label-only API)" if label_only else "score: φ (−loss)"]
         return scores_artifact(score, len(ev), ctx, {}, notes, "mia_loss (Yeom et al. 2018)")

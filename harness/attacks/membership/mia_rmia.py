@@ -193,6 +193,9 @@ class MiaRmia(Attack):
         metrics = {"references": float(len(refs)), "a": float(a), "population": float(n_pop),
                    "references_dropped": float(len(refs.dropped))}
         notes += [f"dropped: {line}" for line in refs.dropped]
+        if recipe.stand_in:  # a model file of unknown architecture: a stand-in family, said so
+            notes.append(recipe.stand_in)
+            metrics["stand_in"] = 1.0
         art = scores_artifact(score, len(ev), ctx, metrics,
                               notes, f"mia_rmia ({params.mode}, {len(refs)} reference models)")
         if frac is not None:

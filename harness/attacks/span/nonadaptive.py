@@ -20,7 +20,10 @@ the finite-difference matrix (3·√2·σ/s·(√rows + √d)) do not count (flo
 is read above their noise instead of "the whole input space"). When the gap at `rtol` is
 unclear but a clear gap (≥ `min_gap`) lies higher up, the rank is read there; when no gap is
 clear anywhere the attack ends with `stopped_by: precision` and the subspace it has (scored as
-usual). The subspace so far is kept (`ctx.keep`) after every round.
+usual). Randomized explanations (explanation noise, SmoothGrad) get the same treatment: their
+noise per entry is measured on 8 points asked twice, values below 1.5·σ·(√rows + √d) do not
+count, and the rank is read at the spectrum's dominant gap above that floor (not at a fixed
+`min_gap`). The subspace so far is kept (`ctx.keep`) after every round.
 
 Finite differences carry two errors exact gradients do not (harness/attacks/span/fd_spectrum.py):
 the d differences of one point share its base answer F(x), whose error is a rank-one term along
@@ -163,6 +166,13 @@ class SpanNonAdaptive(Attack):
                                  metrics={"recovered_rank": 0.0}, progress="no gradient read")
                 raise PrecisionLimit(f"{noise.describe()}: finite differences would need a step "
                                      f"of {step:.2g}, too coarse to read gradients", artifact=empty)
+        sigma_x = 0.0 if fd else self._explain_noise(oracle, ctx)
+        if sigma_x is None:
+            raise AssumptionViolated("the budget allows no check of the explanations' noise (16 "
+                                     "queries)", stopped_by="budget")
+        if sigma_x > 0:
+            notes.append(f"randomized explanations: noise {sigma_x:.3g} per entry (measured on 8 "
+                         "points asked twice); the rank is read at the spectrum's gap above its floor")
         rows = torch.zeros(0, d, dtype=torch.float64, device=oracle.device)
         ranks: list[int] = []
         seen: list[int] = []
@@ -183,7 +193,7 @@ class SpanNonAdaptive(Attack):
                 bar.update(n)
             per_row = len(new) // n  # rows per point: one, or one per logit signal
             rows, last = torch.cat([rows, new]), len(new)
-            floor_of = self._floor_of(noise, step, float(g.abs().amax(1).median()), d)
+            floor_of = self._floor_of(noise, step, float(g.abs().amax(1).median()), d, sigma_x)
             u, s, vh, along = self._spectrum(rows, fd)
             room = d - 1 if fd else d  # finite differences: the rank is read on 1⊥
             r, gap, how = gap_rank(s, params.rtol, params.min_gap, floor_of(len(rows)), room)
@@ -222,6 +232,9 @@ class SpanNonAdaptive(Attack):
             if kinked:
                 art.notes.append(f"{kinked} of {samples} points set aside: their rows alone carried a "
                                  "direction (a step crossed a ReLU kink)")
+        if how == "noise_gap" and sigma_x > 0:
+            art.notes.append(f"rank {r} read at the spectrum's dominant gap ({gap:.3g}×) above the "
+                             "measured floor of the explanations' noise")
         if how == "largest_gap":
             art.notes.append(f"noise floor above rtol = {params.rtol}: rank read at the largest "
                              f"spectral gap ({gap:.3g})")
@@ -234,8 +247,8 @@ class SpanNonAdaptive(Attack):
             network = getattr(oracle.info, "declared", {}).get("network")
             art.stopped_by, art.reason = "assumption", self._why_no_rank(
                 art, noise, network, oracle.info.output == "probabilities")
-        elif r >= d and not (self._full_rank_shown(s, d - 1, floor_of(len(rows))) if fd
-                             else self._explanations_exact(oracle, ctx)):
+        elif r >= d and not (self._full_rank_shown(s, d - 1 if fd else d, floor_of(len(rows)))
+                             if fd or sigma_x > 0 else True):
             art.stopped_by = "precision"
             art.reason = ("the gradients span the whole input space: the first layer has full rank, "
                           "or the answers are too noisy to separate a subspace")
@@ -246,7 +259,8 @@ class SpanNonAdaptive(Attack):
             art.stopped_by = "precision"
             art.reason = (f"no clear spectral gap (σ_r/σ_r+1 = {gap:.3g} < {params.min_gap}): "
                           "outputs are noisy or rounded, the rank estimate is unreliable")
-        elif resid > params.max_heldout_residual and not (len(ranks) > 1 and ranks[-1] > ranks[-2]):
+        elif resid > self._residual_allowed(params, rows, sigma_x, r, d) and not (
+                len(ranks) > 1 and ranks[-1] > ranks[-2]):
             # the rank stood still, yet fresh gradients leave the span: noise, not growth
             art.stopped_by = "precision"
             art.reason = (f"the last {last} gradient rows keep {resid:.2g} of their energy outside "
@@ -284,15 +298,26 @@ class SpanNonAdaptive(Attack):
                 "exactly zero)")
 
     @staticmethod
-    def _explanations_exact(oracle, ctx) -> bool:
-        """Two explanations of one point are identical (2 queries): deterministic gradients,
-        whose full rank is the first layer's; randomized ones (explanation noise, SmoothGrad)
-        could fill the space with noise, so they show nothing about it."""
-        if oracle.affordable(2) < 2:
-            return False
-        x = torch.randn(1, oracle.info.dim, generator=ctx.gen, dtype=torch.float64).to(oracle.device)
-        g = oracle.explain(torch.cat([x, x]))
-        return bool(torch.equal(g[0], g[1]))
+    def _residual_allowed(params: SpanParams, rows: torch.Tensor, sigma_x: float, r: int, d: int) -> float:
+        """The held-out residual a right span may leave: `max_heldout_residual`, or with measured
+        explanation noise 3× the share of a row's energy that noise puts outside an r-dim span."""
+        if sigma_x <= 0 or len(rows) == 0:
+            return params.max_heldout_residual
+        noise = sigma_x**2 * max(d - r, 0) / float(rows.pow(2).sum(1).mean().clamp_min(1e-300))
+        return max(params.max_heldout_residual, 3 * noise)
+
+    @staticmethod
+    def _explain_noise(oracle, ctx) -> float | None:
+        """The explanations' noise per entry (std), measured by asking 8 points twice (16
+        queries): 0 for deterministic gradients, whose full rank is the first layer's; randomized
+        ones (explanation noise, SmoothGrad) could fill the space with noise, and their measured
+        floor says where it starts. None when the budget cannot pay for the check."""
+        if oracle.affordable(16) < 16:
+            return None
+        x = torch.randn(8, oracle.info.dim, generator=ctx.gen, dtype=torch.float64).to(oracle.device)
+        g = oracle.explain(torch.cat([x, x])).reshape(2, 8, -1)
+        diff = (g[0] - g[1]).double()
+        return 0.0 if bool((diff == 0).all()) else float(diff.pow(2).mean().sqrt()) / 2**0.5
 
     @staticmethod
     def _full_rank_shown(s: torch.Tensor, room: int, floor: float) -> bool:
@@ -301,9 +326,14 @@ class SpanNonAdaptive(Attack):
         return len(s) >= room and float(s[room - 1]) > 10 * floor
 
     @staticmethod
-    def _floor_of(noise, step, x_inf, d):
-        """The noise floor for a number of rows (0 for exact gradients)."""
-        return lambda rows: noise_floor(noise, step, x_inf, rows, d) if noise is not None else 0.0
+    def _floor_of(noise, step, x_inf, d, sigma_x: float = 0.0):
+        """The noise floor for a number of rows: finite differences' (the answers' noise through
+        the step), randomized explanations' (1.5·σ·(√rows + √d), σ measured: the top
+        singular value of their noise alone is about σ·(√rows + √d)), 0 for exact
+        gradients."""
+        if noise is not None:
+            return lambda rows: noise_floor(noise, step, x_inf, rows, d)
+        return lambda rows: 1.5 * sigma_x * (rows**0.5 + d**0.5)
 
     @staticmethod
     def _aside(rows, aside, per_row, last, r, how, rank_of):

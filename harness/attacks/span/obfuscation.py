@@ -17,7 +17,9 @@ the projection). Beyond the paper, so that a finding means something: the judge 
 said), with a one-sided 95% Clopper–Pearson lower bound on the fraction kept and an exact McNemar
 test against the unprojected control on the same inputs (`kept_low_at_*`, `control_p_at_*`). A
 recovered span that is the whole input space leaves no orthogonal noise to add: the attack is
-`skipped` with that reason. Also the ratio sweep and a PNG grid of original / obfuscated inputs
+`skipped` with that reason when the recovery showed it, and stops (`incomplete`, the recovery's
+`stopped_by`) when the whole space is only what a noisy spectrum could not narrow (a guess).
+Also the ratio sweep and a PNG grid of original / obfuscated inputs
 with their predicted labels.
 """
 
@@ -151,6 +153,12 @@ class Obfuscation(Attack):
         if len(basis) == 0:
             raise AttackStopped(f"span recovery ({name}) found no direction: {span.reason}",
                                 stopped_by=span.stopped_by or "assumption")
+        if len(basis) >= oracle.info.dim and span.stopped_by is not None:
+            # a whole-space span that was not shown (noise, no clear gap) is a guess: the attack
+            # cannot say whether orthogonal noise exists, so it stops rather than skips
+            raise AttackStopped(f"the span recovery ({name}) could not measure the span (rank "
+                                f"{len(basis)} of {oracle.info.dim} is a guess: {span.reason})",
+                                stopped_by=span.stopped_by)
         if len(basis) >= oracle.info.dim:
             raise AttackSkipped(f"the recovered span ({name}) is the whole input space (rank "
                                 f"{len(basis)} of {oracle.info.dim}): there is no orthogonal noise "

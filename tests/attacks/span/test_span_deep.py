@@ -71,7 +71,34 @@ def test_small_explanation_noise_rank_read_at_the_gap(tmp_path):
              defenses={"explanation_noise": {"sigma": 1e-5}})
     m = a["metrics"]
     assert m["recovered_rank"] == m["true_rank"] == 16 and m["max_principal_angle_deg"] < 0.1
-    assert any("largest spectral gap" in n for n in a["notes"])
+    assert any("dominant gap" in n and "measured floor" in n for n in a["notes"])
+
+
+def test_explanation_noise_rank_from_the_gap_above_the_measured_floor(tmp_path):
+    """Issue 30: explanation noise σ 0.01 on a gradient API, d = 24, true rank 6 — the gap is
+    ~50×, below the old fixed min_gap of 100; read against the measured noise floor it is rank 6,
+    the true span, high."""
+    victim = gaussian_victim([6], dim=24, init_std=0.6)  # its spectrum's gap: ~56×
+    victim["data"]["task"] = "multiclass"
+    a = span(tmp_path, victim, interface={"kind": "gradient", "output": "logits"},
+             defenses={"explanation_noise": {"sigma": 0.01}})
+    m = a["metrics"]
+    assert m["recovered_rank"] == m["true_rank"] == 6, m
+    assert m["max_principal_angle_deg"] < 1 and a["risk"] == "high" and a["stopped_by"] is None
+
+
+def test_obfuscation_stops_when_the_measured_span_is_a_guess(tmp_path):
+    """A span recovery that could not separate a subspace (rounded answers, whole space as a
+    guess) makes obfuscation incomplete, never skipped on the guess."""
+    victim = gaussian_victim([16], dim=48)
+    victim["data"]["task"] = "multiclass"
+    s = Scenario.model_validate(make_scenario(
+        seed=0, victim=victim, defenses={"explanation_noise": {"sigma": 3.0}},
+        interface={"kind": "gradient", "output": "probabilities"},
+        attacks=[{"name": "obfuscation", "params": {"images": 50}}]))
+    (a,) = run_scenario(s, out=tmp_path / "o")["attacks"]
+    assert a["status"] in ("incomplete", "ok"), a.get("reason")
+    assert a["status"] != "skipped"
 
 
 @pytest.mark.parametrize("defenses,interface", [

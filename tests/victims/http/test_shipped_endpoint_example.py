@@ -95,7 +95,11 @@ def test_the_shipped_scan_decides_and_last_pass_finds_its_baseline(tmp_path, mon
     att3 = third["attacks"][0]
     assert third["scan"]["baseline"] == second["mlflow_run_id"]  # the last passing night
     assert code3 == 1 and third["scan"]["regressed"] and "REGRESSION" in out3, out3[-2000:]
-    assert third["verdict"] == "fail" and att3["risk"] == "high"
+    # the judge decides on the one-sided 95% lower bounds (issue 30): high only when they clear it
+    m3 = att3["metrics"]
+    high = m3["agreement_lower"] >= 0.95 and m3["kappa_lower"] >= 0.9
+    assert att3["risk"] == ("high" if high else "medium") and m3["n_probes"] >= 256
+    assert third["verdict"] == ("fail" if high else "pass")
     assert att3["metrics"]["blackbox_agreement"] >= 0.95 > att["metrics"]["blackbox_agreement"]
     assert token not in out1 + out2 + out3
 
