@@ -37,7 +37,7 @@ def test_gradient_api_recovers_the_exact_span(tmp_path, tracking_uri):
     assert m["recovered_rank"] == m["true_rank"] == 16
     assert m["max_principal_angle_deg"] < 0.01 and m["min_energy_in_span"] > 1 - 1e-9
     assert a["risk"] == "high" and rep["verdict"] == "fail" and rep["risk"] == "high"
-    assert a["queries"] == m["samples"] and a["wall_s"] > 0
+    assert a["queries"] == m["samples"] + 16 and a["wall_s"] > 0  # + 8 points asked twice: the noise check
     # the report follows docs/contract.md
     for key in ("scenario", "verdict", "risk", "victim", "privacy", "rero", "attacks", "devices"):
         assert key in rep

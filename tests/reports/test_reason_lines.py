@@ -178,7 +178,41 @@ def check_reconstruction(m, risk, why):
     assert (risk == "low") == (k == 0), (m, risk, why)
 
 
+def logit_metrics(rng):
+    vocab, r = int(rng.integers(50, 5000)), int(rng.integers(0, 200))
+    m = {"queries": float(rng.integers(1, 10**6)), "vocab": float(vocab), "hidden_dim": float(r)}
+    if rng.random() < 0.5:  # the truth is known (a local victim)
+        m["hidden_dim_true"] = float(rng.choice([r, r + 1, r + 7]))
+        m["final_layer_rel_error"] = float(10 ** rng.uniform(-6, 0))
+    else:  # an endpoint: fresh prompts outside the span
+        m["subspace_residual"] = float(10 ** rng.uniform(-6, 0))
+    return m
+
+
+def logit_level(m, lm=False):
+    """The contract's rule, written apart: high when the layer is recovered (error or residual
+    ≤ 1e-2), medium for the width alone (or, on a language model, h−1: a LayerNorm shift's
+    direction), else low. The generic test's artifact is not a language model's."""
+    r, vocab, true = m["hidden_dim"], m["vocab"], m.get("hidden_dim_true")
+    if r == 0 or max(r, true or 0) >= vocab - 1:
+        return "low"
+    if true is not None:
+        if r == true:
+            return "high" if m["final_layer_rel_error"] <= 1e-2 else "medium"
+        return "medium" if lm and r == true - 1 else "low"
+    res = m["subspace_residual"]
+    return "high" if res <= 1e-2 else "medium" if res <= 1e-1 else "low"
+
+
+def check_logits(m, risk, why):
+    assert risk == logit_level(m), (m, risk, why)
+    assert f"{int(m['queries'])} queries" in why, why
+    if risk == "high" and "final_layer_rel_error" in m:
+        assert f"relative error {m['final_layer_rel_error']:.2g}" in why, why
+
+
 CASES = {
+    "logit_subspace": (logit_metrics, check_logits),
     "extraction": (extraction_metrics, check_extraction),
     "membership": (membership_metrics, check_membership),
     "span": (span_metrics, check_span),
@@ -188,7 +222,7 @@ CASES = {
     "reconn": (reconstruction_metrics, check_reconstruction),
     "glm_closed_form": (reconstruction_metrics, check_reconstruction),
 }
-SPECIFIC = {"surrogate", "obfuscation", "dp_audit", "reconn", "glm_closed_form"}
+SPECIFIC = {"surrogate", "obfuscation", "dp_audit", "reconn", "glm_closed_form", "logit_subspace"}
 OWN_RULES = {"span_threshold": None, "kkt": None, "informed_mia": None}  # checked below / own tests
 
 
