@@ -30,7 +30,7 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def _fixed_attacker_seed(monkeypatch):
-    import harness.runner as runner
+    import harness.run.runner as runner
     seed = int(os.environ["LEAKMETER_ATTACKER_SEED"])
     declared = runner.attacker_run_seed  # a test that declares attacker.seed keeps it
     monkeypatch.setattr(runner, "attacker_run_seed",

@@ -54,8 +54,8 @@ import torch  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from defenses.output import OutputDefenses  # noqa: E402
-from harness.oracle import Oracle  # noqa: E402
-from harness.runner import run_scenario  # noqa: E402
+from harness.core.oracle import Oracle  # noqa: E402
+from harness.run.runner import run_scenario  # noqa: E402
 from harness.scenario import scenario_from_dict  # noqa: E402
 from victims.build import build_victim  # noqa: E402
 

@@ -42,8 +42,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 import torch  # noqa: E402
 from attack_direct import rounded_victim, run_direct  # noqa: E402
 
+from harness.core.threads import pin_threads  # noqa: E402
 from harness.scenario import scenario_from_dict  # noqa: E402
-from harness.threads import pin_threads  # noqa: E402
 
 pin_threads()  # one torch thread (LEAKMETER_THREADS): two cost ~7× one on these tiny matmuls here
 

@@ -42,7 +42,7 @@ def audit_params(kind: str, args) -> dict:
 
 def run_one(eps: float, params: dict, seed: int = 0, fault: str | None = None, analysis: str = "gdp"):
     from defenses.dp_sgd import audit_fault
-    from harness.runner import run_scenario
+    from harness.run.runner import run_scenario
     from harness.scenario import scenario_from_dict
 
     s = scenario_from_dict({
@@ -85,7 +85,7 @@ def main() -> None:
     ap.add_argument("--bugs", action="store_true")
     ap.add_argument("--crosscheck", action="store_true")
     args = ap.parse_args()
-    from harness.threads import pin_threads
+    from harness.core.threads import pin_threads
 
     pin_threads()
     print("| ε | audit | ε_lower (95%, CP) | GDP/f-DP estimate | ε_perfect | accountant ε | runs | wall s "

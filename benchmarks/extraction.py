@@ -31,7 +31,7 @@ os.environ.setdefault("LEAKMETER_PROGRESS", "0")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from harness.runner import run_scenario  # noqa: E402
+from harness.run.runner import run_scenario  # noqa: E402
 from harness.scenario import scenario_from_dict  # noqa: E402
 
 OUT = Path(tempfile.mkdtemp(prefix="leakmeter-bench-"))

@@ -148,7 +148,7 @@ def main() -> None:
     ap.add_argument("--reconn-epochs", type=int, default=10)
     args = ap.parse_args()
     if args.threads:
-        from harness.threads import pin_threads
+        from harness.core.threads import pin_threads
 
         pin_threads(args.threads)
     gpu = torch.cuda.is_available()

@@ -27,8 +27,8 @@ os.environ.setdefault("LEAKMETER_THREADS", "2")
 import harness  # noqa: E402,F401
 from defenses.output import OutputDefenses  # noqa: E402
 from harness.attacks import registry  # noqa: E402
-from harness.oracle import Oracle  # noqa: E402
-from harness.runner import Planned, run_attack  # noqa: E402
+from harness.core.oracle import Oracle  # noqa: E402
+from harness.run.runner import Planned, run_attack  # noqa: E402
 from harness.scenario import scenario_from_dict  # noqa: E402
 from reports.tracking import Tracker  # noqa: E402
 from victims.build import build_victim  # noqa: E402

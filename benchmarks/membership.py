@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness.threads import pin_threads
+from harness.core.threads import pin_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 OVERFIT = {"model": {"arch": "mlp", "hidden": [256]},
@@ -61,7 +61,7 @@ def _load() -> str:
 
 def _knowledge(s, v):
     from harness.attacker.membership import MembershipKnowledge
-    from harness.oracle import Oracle
+    from harness.core.oracle import Oracle
 
     kn = MembershipKnowledge(s, v, Oracle(v.backend, v.info, None, None), "bench", 0, 1)
     return kn, kn.eval_set(), kn.recipe
@@ -186,7 +186,7 @@ def _fmt(t) -> str:
 def anchors(seeds: list[int]) -> None:
     from harness.attacker.membership import _SHARED
     from harness.attacker.signals import phi_from_probs
-    from harness.runner import run_scenario
+    from harness.run.runner import run_scenario
     from victims.build import build_victim
 
     specs = [("mia_loss", "{name: mia_loss}")]
@@ -292,7 +292,7 @@ def chance_tpr(m: dict, fpr: float) -> float:
 
 
 def table() -> None:
-    from harness.runner import run_scenario
+    from harness.run.runner import run_scenario
 
     print(f"\n## 4. attack × victim (digits MLP, 500 members / 500 non-members, pool 797); {_load()}\n")
     print("| victim | test acc | attack | AUC | TPR@1% | TPR@0.1% | epsilon_lower | ε (accounted) | wall s |")

@@ -29,10 +29,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
-    from harness.threads import pin_threads
+    from harness.core.threads import pin_threads
 
     pin_threads(args.threads)
-    from harness.runner import run_scenario
+    from harness.run.runner import run_scenario
     from harness.scenario import load_scenario
 
     out = Path(tempfile.mkdtemp(prefix="leakmeter-seeds-"))

@@ -250,7 +250,7 @@ def leakmeter(*args: str) -> tuple[int, str]:
 
 
 def level(agree: float, kappa: float | None, regression: bool) -> str:
-    from harness.attacks.extraction.fidelity import label_level, r2_level
+    from harness.scoring.fidelity import label_level, r2_level
 
     return r2_level(agree) if regression else label_level(agree, kappa)
 
@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                     help="all: the scenario init wrote (attacks: all); quick: surrogate + mia_loss")
     ap.add_argument("--out", type=Path, help="keep the scenarios, models and reports here")
     a = ap.parse_args(argv)
-    from harness.threads import pin_threads
+    from harness.core.threads import pin_threads
 
     pin_threads()
     fams = [f for f in families() if (a.only and f.name in a.only) or (not a.only and (

@@ -19,14 +19,14 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     os.environ["LEAKMETER_THREADS"] = str(args.threads)
-    from harness.threads import pin_threads
+    from harness.core.threads import pin_threads
 
     pin_threads(args.threads)
     import torch
     from torch.func import grad, vmap
 
     from defenses.output import OutputDefenses
-    from harness.oracle import Oracle
+    from harness.core.oracle import Oracle
     from harness.scenario import scenario_from_dict
     from victims.build import build_victim
 

@@ -24,7 +24,7 @@ import time
 import numpy as np
 import torch
 
-from harness.threads import pin_threads
+from harness.core.threads import pin_threads
 
 ART_CHILD = textwrap.dedent("""
     import json, sys, time, warnings

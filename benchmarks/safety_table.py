@@ -7,7 +7,7 @@
     python benchmarks/safety_table.py --before /work/before --round 33      # issue 33's cases
     python benchmarks/safety_table.py --before /work/before --round 33 --cases E02,N1
 
-First table (one checkout): the validation table of tests/harness/test_validation_table.py, a
+First table (one checkout): the validation table of tests/harness/scenario/test_validation_table.py, a
 crafted TorchScript file and a crafted pickle that create a marker file if any of their code runs
 (format auto and torchscript), and `defenses.query_budget: 0` against a listening socket (rows
 sent): exit codes, seconds, tracebacks and the first error line.
@@ -39,7 +39,7 @@ HERE = Path(__file__).resolve().parents[1]
 # this checkout first (it builds the crafted files, whatever is tested; tests/victims/ has no
 # __init__ and must not shadow the victims package), then the test helpers
 sys.path[:0] = [str(HERE), str(HERE / "tests"), str(HERE / "tests" / "victims"),
-                str(HERE / "tests" / "harness")]
+                str(HERE / "tests" / "harness" / "scenario")]
 
 from test_validation_table import BASE, ENDPOINT, ROWS, _write  # noqa: E402
 

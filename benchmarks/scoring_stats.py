@@ -28,7 +28,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=20)
     args = ap.parse_args()
-    from harness.threads import pin_threads
+    from harness.core.threads import pin_threads
 
     pin_threads(1)
     import numpy as np

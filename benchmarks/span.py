@@ -25,7 +25,7 @@ os.environ.setdefault("LEAKMETER_THREADS", "1")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 import harness  # noqa: E402,F401
-from harness.runner import run_scenario  # noqa: E402
+from harness.run.runner import run_scenario  # noqa: E402
 from harness.scenario import Scenario  # noqa: E402
 from victims.data.datasets import fashion_mnist_dir  # noqa: E402
 

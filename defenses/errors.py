@@ -1,4 +1,4 @@
-"""Errors the defenses raise. The harness re-exports them (harness/errors.py)."""
+"""Errors the defenses raise. The harness re-exports them (harness/core/errors.py)."""
 
 
 class BudgetExhausted(Exception):

@@ -1,6 +1,6 @@
 """leakmeter harness: scenarios, the oracle, attacks, scoring, ReRo bounds, runner and CLI."""
 
-from harness import threads as _threads  # noqa: F401  (pins BLAS threads before numpy/torch)
+from harness.core import threads as _threads  # noqa: F401  (pins BLAS threads before numpy/torch)
 from reports.tracking import set_default_scrub as _set_default_scrub  # noqa: E402
 from victims.http.secrets import SECRETS as _SECRETS  # noqa: E402
 

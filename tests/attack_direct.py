@@ -1,4 +1,4 @@
-"""Run one attack of a scenario through the runner's own steps (harness.runner.attempt), without
+"""Run one attack of a scenario through the runner's own steps (harness.run.runner.attempt), without
 MLflow or report files: the artifact it held when it stopped, its scored metrics, stopped_by and
 the scored risk, exactly as a report would show them. Shared by the extraction and span tests."""
 
@@ -10,8 +10,8 @@ from typing import Any
 
 from defenses.output import OutputDefenses
 from harness.attacks.base import Artifact
-from harness.oracle import Oracle
-from harness.runner import attack_context, attempt, new_entry, plan_attacks
+from harness.core.oracle import Oracle
+from harness.run.runner import attack_context, attempt, new_entry, plan_attacks
 
 
 @dataclass
@@ -55,7 +55,7 @@ class RoundedBackend:
         self.inner, self.bits = inner, bits
 
     def predict(self, x, kind):
-        from harness.attacks.extraction.precision_bits import significant
+        from harness.attacks.extraction.cryptanalysis.precision_bits import significant
 
         return significant(self.inner.predict(x, kind).double(), self.bits)
 

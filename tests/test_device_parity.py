@@ -13,7 +13,7 @@ import torch
 from conftest import REPO
 from torch import nn
 
-from harness.runner import run_scenario
+from harness.run.runner import run_scenario
 from harness.scenario import load_scenario
 from victims import devices
 from victims.local import LocalBackend

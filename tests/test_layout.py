@@ -15,6 +15,14 @@ PACKAGES = ("harness", "victims", "defenses", "reports")
 ALLOWED = {"harness": {"victims", "defenses", "reports"}, "victims": {"defenses"},
            "defenses": set(), "reports": set()}
 MAX_LINES = 500
+# the rooms of harness/, top floor first: a module imports its own room or rooms on lower floors
+# (docs/architecture.md). Jobs (cli; sweep, scan, init) → the run pipeline → attacks (plug-ins) →
+# their machinery → what the attacker builds, scoring, ReRo → the scenario → core.
+FLOORS = [("harness.cli",), ("harness.sweep", "harness.scan", "harness.init"), ("harness.run",),
+          ("harness.attacks",), ("harness.attacks.extraction.cryptanalysis",),
+          ("harness.attacker", "harness.scoring", "harness.rero"), ("harness.scenario",), ("harness.core",)]
+# machinery may use the attack package's shared base and gradient helpers, never a plug-in
+MACHINERY_MAY_USE = {"harness.attacks", "harness.attacks.base", "harness.attacks.gradients"}
 
 
 def _modules() -> dict[str, Path]:
@@ -107,6 +115,44 @@ def test_imports_point_one_way():
             if other != top and other not in ALLOWED[top]:
                 bad.append(f"{mod} imports {d}")
     assert bad == []
+
+
+def _room(mod: str) -> str | None:
+    rooms = [r for floor in FLOORS for r in floor if mod == r or mod.startswith(r + ".")]
+    return max(rooms, key=len) if rooms else None
+
+
+def _floor(room: str) -> int:
+    return next(i for i, floor in enumerate(FLOORS) if room in floor)
+
+
+def test_every_harness_module_is_in_a_room():
+    loose = [m for m in _modules() if m.startswith("harness.") and _room(m) is None]
+    assert loose == []
+
+
+def test_harness_rooms_import_downwards():
+    bad = []
+    for mod, deps in _graph().items():
+        here = _room(mod)
+        if here is None:
+            continue
+        for d in deps:
+            there = _room(d)
+            if there is None or there == here:
+                continue
+            if here == "harness.attacks.extraction.cryptanalysis" and d in MACHINERY_MAY_USE:
+                continue
+            if _floor(there) <= _floor(here):
+                bad.append(f"{mod} ({here}) imports {d} ({there})")
+    assert bad == []
+
+
+def test_the_room_rule_sees_an_upward_import():
+    """The rule above can fail: scoring importing an attack is an upward arrow."""
+    assert _floor(_room("harness.attacks.extraction.surrogate")) < _floor(_room("harness.scoring.model"))
+    assert _room("harness.attacks.extraction.cryptanalysis.relu_lines") == \
+        "harness.attacks.extraction.cryptanalysis"
 
 
 def test_no_source_file_over_500_lines():

@@ -1,4 +1,4 @@
-"""Errors raised while building or asking a victim. The harness re-exports them (harness/errors.py)
+"""Errors raised while building or asking a victim. The harness re-exports them (harness/core/errors.py)
 so that every layer above can catch them by one name."""
 
 

@@ -120,8 +120,8 @@ def whitebox_runs(provider, m: int, runs: int, seed: int) -> tuple[list[dict], l
     """Train the victim's recipe `runs` times on its training split with m gradient canaries each
     (the truth side); returns (per run what the auditor observes: obs, q, σ told; notes; the
     coins of all runs; a run's DPRecord) — the caller keeps the last two with the truth."""
-    from harness.errors import AttackFailed
-    from harness.progress import stage
+    from harness.core.errors import AttackFailed
+    from harness.core.progress import stage
     from victims.models.training import train
 
     if not provider.trained_here:

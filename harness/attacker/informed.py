@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from harness.progress import sub_bar
+from harness.core.progress import sub_bar
 from victims.local import LocalBackend
 from victims.models.files import model_for
 from victims.models.training import train
@@ -216,7 +216,7 @@ class InformedKnowledge:
         Thm. 8); attacks that do not need it must not ask."""
         if self._release is not None:
             raise RuntimeError("one release per attack run")
-        from harness.errors import AttackFailed
+        from harness.core.errors import AttackFailed
 
         if not self.available:
             raise AttackFailed("an informed adversary needs a locally trained victim "

@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.errors import AttackFailed
-from harness.progress import stage
+from harness.core.errors import AttackFailed
+from harness.core.progress import stage
 
 # reference models shared by the attacks of one run: {id(truth): {key: ReferenceSet}}
 _SHARED: dict[int, dict[Any, Any]] = {}

@@ -1,7 +1,7 @@
 """Where reference models train: here (the default), or as Ray tasks (`membership.executor: ray`)
 for users who outgrow one machine.
 
-Ray follows the sweep's convention (harness/sweep_executors.py): a local Ray started for the run
+Ray follows the sweep's convention (harness/sweep/executors.py): a local Ray started for the run
 (`membership.ray_workers` CPUs, default all of this machine's), or a cluster at
 `membership.ray_address` (whose workers need leakmeter installed, as for a Ray sweep). The K models
 of a reference set are split into parts of `models_per_task` (default: spread evenly over the CPUs
@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from harness.ray_cluster import ray_preflight, start_ray
+from harness.core.ray_cluster import ray_preflight, start_ray
 
 _SESSION: dict[str, Any] = {}  # the Ray this module started: {"key": (address, workers)}
 
@@ -70,7 +70,7 @@ def train_part(recipe: Any, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor,
     its chunks of 64, which change no number), one thread per task; returns their flat parameters
     (on the CPU) and the seconds it took."""
     from harness.attacker.stacked_training import train_stacked
-    from harness.threads import pin_threads
+    from harness.core.threads import pin_threads
 
     pin_threads(1)
     t0 = time.perf_counter()
@@ -100,13 +100,6 @@ def session(address: str | None, workers: int | None):
     start_ray(address, workers, 1, option="membership.ray_address")
     _SESSION["key"] = key
     return ray
-
-
-def check(spec: Any) -> None:
-    """BadInput when a scenario's `membership.executor: ray` cannot work here: Ray not installed,
-    or a cluster address that does not answer."""
-    if spec is not None and spec.executor == "ray":
-        ray_preflight(spec.ray_address, "membership.executor: ray", "membership.ray_address")
 
 
 def close() -> None:

@@ -33,7 +33,7 @@ import torch
 
 from harness.attacker.signals import phi_from_logits
 from harness.attacker.stacked_training import stackable, train_stacked
-from harness.progress import stage
+from harness.core.progress import stage
 
 SHIFTS = ((0, 0), (0, 1), (0, -1), (1, 0), (-1, 0))  # (dy, dx) pixel shifts for `augment: shift`
 POOL_SHARE = 0.75  # `pool` design: a model trains on at most this share of the pool

@@ -65,8 +65,8 @@ def blackbox_runs(provider, runs: int, seed: int) -> tuple[np.ndarray, list[str]
     """(scores of `runs` final models, notes, their coins, the runs' DPRecord) — the truth side:
     the caller keeps the last two with the truth."""
     from defenses.dp_sgd import DPRecord
-    from harness.errors import AttackFailed
-    from harness.progress import stage
+    from harness.core.errors import AttackFailed
+    from harness.core.progress import stage
 
     recipe = provider.recipe
     if recipe is None or recipe.dp is None or not stackable(recipe) or recipe.task != "multiclass":

@@ -12,37 +12,12 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.errors import AssumptionViolated
-
-
-def logit_signals(y: torch.Tensor, output: str) -> torch.Tensor:
-    """Map predict outputs (N, C) to logit-like signals (N, K'): logits as they are,
-    probabilities to centred log-probabilities (binary: the single logit)."""
-    if output == "label":
-        raise AssumptionViolated("the API returns labels only: no finite differences possible")
-    y = y.reshape(len(y), -1)
-    if output == "logits":
-        return y
-    logp = torch.log(y.clamp_min(1e-300))
-    if y.shape[1] == 2:
-        return (logp[:, 1] - logp[:, 0])[:, None]
-    return logp - logp.mean(dim=1, keepdim=True)
+from harness.core.answers import decimal_grid, logit_signals
 
 
 def fd_cost(dim: int) -> int:
     """Queries per gradient by forward differences."""
     return dim + 1
-
-
-def api_labels(y: torch.Tensor, output: str) -> torch.Tensor:
-    """Class labels (N,) from API outputs: labels as they are; one column thresholded (logits at
-    0, probabilities at 0.5); several columns by argmax."""
-    if output == "label" or y.dim() == 1:
-        return y.long().reshape(-1)
-    y = y.reshape(len(y), -1)
-    if y.shape[1] == 1:
-        return (y[:, 0] > (0.5 if output == "probabilities" else 0.0)).long()
-    return y.argmax(dim=1)
 
 
 @dataclass
@@ -75,17 +50,6 @@ class AnswerNoise:
         kind = ("randomized" if self.randomized else f"rounded to {self.rounding:g}" if self.rounding
                 else "float32" if self.float32 else "float64")
         return f"answers {kind}: noise ≈ {self.sigma:.2g} on signals of ≈ {self.scale:.2g}"
-
-
-def decimal_grid(y: torch.Tensor) -> float | None:
-    """The step 10⁻ᵏ (k ≤ 8) of a decimal grid every answer lies on, else None."""
-    y = y[torch.isfinite(y)]
-    if len(y) == 0:
-        return None
-    for k in range(9):
-        if bool(torch.all(torch.round(y, decimals=k) == y)):
-            return 10.0**-k
-    return None
 
 
 def estimate_noise(oracle, gen: torch.Generator, points: int = 8, scale: float = 1.0) -> AnswerNoise:

@@ -10,11 +10,11 @@ import sys
 import click
 
 from harness.cli.common import THREADS, guarded
-from harness.threads import pin_threads
+from harness.core.threads import pin_threads
 
 
 def _need(value, flag: str, prior: str) -> None:
-    from harness.errors import BadInput
+    from harness.core.errors import BadInput
 
     if value is None:
         raise BadInput(f"{flag}: required with --prior {prior}")
@@ -66,7 +66,7 @@ def bound(epsilon, delta, noise_multiplier, sample_rate, steps, rho, mu, prior, 
           size, kappa, rero_gamma, as_json, threads) -> None:
     """Bound the success of ANY reconstruction attack on a DP model (paper 004, Sec. VII)."""
     pin_threads(threads)
-    from harness.errors import BadInput
+    from harness.core.errors import BadInput
     from harness.rero import bounds as B
     from harness.rero.accounting import Privacy
     from harness.rero.product import NO_GUARANTEE, all_bounds

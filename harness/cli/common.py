@@ -40,8 +40,8 @@ def choose_attacks(s, only: str | None, skip: str | None) -> None:
     attack, or a choice that leaves none)."""
     if not only and not skip:
         return
-    from harness.attack_catalog import catalog
-    from harness.errors import BadInput
+    from harness.core.catalog import catalog
+    from harness.core.errors import BadInput
     from harness.scenario.schema import AttackChoice
 
     known = list(catalog())
@@ -73,7 +73,7 @@ def check_output_paths(out: str | None = None, **paths) -> None:
     """BadInput, before anything runs, when an output cannot be written: a file's folder is missing
     or takes no new file, the file is a device, a pipe or a folder, or a symlink out of its folder
     (reports/outputs.py); the --out folder (or its nearest existing parent) takes no new file."""
-    from harness.errors import BadInput
+    from harness.core.errors import BadInput
     from reports.outputs import OutputRefused, check_folder, check_writable
 
     try:
@@ -126,8 +126,8 @@ def guarded(fn):
 
     @wraps(fn)
     def wrapper(*args, **kwargs):
-        from harness.errors import BadInput
-        from harness.interrupts import Interrupted, handle_signals
+        from harness.core.errors import BadInput
+        from harness.core.interrupts import Interrupted, handle_signals
 
         try:
             with handle_signals():

@@ -1,5 +1,5 @@
 """`leakmeter init`: ask for (or take as flags) a model file, a data set and the interface, and write
-a commented scenario that validates (harness/scaffold.py writes the text)."""
+a commented scenario that validates (harness/init/scaffold.py writes the text)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import click
 
 from harness.cli.common import guarded
 
-# the choices, kept here so the command module imports nothing heavy (harness/scaffold.py checks them too)
+# the choices, kept here so the command module imports nothing heavy
+# (harness/init/scaffold.py checks them too)
 INTERFACES = ("prediction", "gradient", "smoothgrad", "whitebox")
 OUTPUTS = ("label", "probabilities", "logits")
 DATASETS = ("digits", "breast_cancer", "diabetes", "fashion_mnist")
@@ -51,7 +52,7 @@ Examples:
 @guarded
 def init(model, data, interface, output, activation, name, out, force, ask) -> None:
     """Write a commented starting SCENARIO for your model and data, validated."""
-    from harness.errors import BadInput
+    from harness.core.errors import BadInput
 
     ask = sys.stdin.isatty() if ask is None else ask
     given = {"model": model, "data": data, "interface": interface, "output": output, "activation": activation}
@@ -69,7 +70,7 @@ def init(model, data, interface, output, activation, name, out, force, ask) -> N
 def _checked(value, question: str, default, ask: bool, check, choices=None):
     """Ask (when the flag left it out) and check the answer at once: a wrong one is said in one
     line and asked again (without --ask: BadInput, exit 2)."""
-    from harness.errors import BadInput
+    from harness.core.errors import BadInput
 
     while True:
         value = _ask(value, question, default, ask, choices)
@@ -87,8 +88,8 @@ def _read_model(model):
     not read."""
     from pathlib import Path
 
-    from harness.errors import BadInput
-    from harness.scaffold import read_model_file
+    from harness.core.errors import BadInput
+    from harness.init.scaffold import read_model_file
 
     if str(model).lower() in ("none", ""):
         return None
@@ -100,8 +101,8 @@ def _read_model(model):
 def _init(given: dict, name, out, force, ask: bool) -> None:
     from pathlib import Path
 
-    from harness.errors import BadInput
-    from harness.scaffold import Answers, data_section, scenario_text, slug
+    from harness.core.errors import BadInput
+    from harness.init.scaffold import Answers, data_section, scenario_text, slug
     from harness.scenario import load_scenario
 
     folder = Path(out).resolve().parent if out else Path.cwd()

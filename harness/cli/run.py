@@ -20,7 +20,7 @@ from harness.cli.common import (
     print_summary,
     write_ci_outputs,
 )
-from harness.threads import pin_threads
+from harness.core.threads import pin_threads
 
 
 @click.command()
@@ -39,7 +39,7 @@ from harness.threads import pin_threads
 def run(scenario, overrides, only, skip, json_path, out, tracking_uri, no_tracking, sarif_path, junit_path,
         auth_env, trust_model_code, threads) -> None:
     """Run every attack the SCENARIO's deployment allows and print the verdict."""
-    from harness.progress import begin, busy
+    from harness.core.progress import begin, busy
 
     begin()  # the clock starts here; on a terminal a live line says at once what loads
     with busy(f"loading torch, MLflow and the attacks for {scenario}", announce=False):
@@ -47,8 +47,8 @@ def run(scenario, overrides, only, skip, json_path, out, tracking_uri, no_tracki
         apply_trust(trust_model_code)
         from pathlib import Path
 
-        from harness.interrupts import Interrupted
-        from harness.runner import run_scenario
+        from harness.core.interrupts import Interrupted
+        from harness.run.runner import run_scenario
         from harness.scenario import load_scenario
         from reports.verdict import exit_code
 
@@ -83,7 +83,7 @@ def validate(scenario, overrides, only, skip, auth_env, trust_model_code) -> Non
     into its spec, the endpoint's token is set). Nothing is trained, no request is sent."""
     pin_threads(None)
     apply_trust(trust_model_code)
-    from harness.runner import plan_attacks
+    from harness.run.runner import plan_attacks
     from harness.scenario import load_scenario
     from victims.build import check_buildable
 
@@ -101,7 +101,7 @@ def _files_exist(s) -> None:
     exist: `validate` must not call a scenario valid that `run` cannot start."""
     from pathlib import Path
 
-    from harness.errors import BadInput
+    from harness.core.errors import BadInput
 
     m, d = s.victim.model, s.victim.data
     for key, path, folder in (("victim.model.path", m.path, False),
@@ -113,8 +113,8 @@ def _files_exist(s) -> None:
 @click.command()
 def attacks() -> None:
     """List the registered attacks: what each does, the APIs it works on, and its paper."""
-    from harness.attack_catalog import catalog  # the attacks' declarations, without importing torch
     from harness.cli.common import table
+    from harness.core.catalog import catalog  # the attacks' declarations, without importing torch
     from reports.mitigation import paper_names
 
     rows = [(c["name"], c["family"], _works_on(c["needs"]), paper_names(str(c["paper"])), c["summary"])

@@ -1,4 +1,4 @@
-"""`leakmeter scan`: a scheduled regression scan of an endpoint (harness/scan.py) against a
+"""`leakmeter scan`: a scheduled regression scan of an endpoint (harness/scan/baseline.py) against a
 baseline MLflow run. numpy/torch are imported after the thread count is pinned."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from harness.cli.common import (
     where_line,
     write_ci_outputs,
 )
-from harness.threads import pin_threads
+from harness.core.threads import pin_threads
 
 
 @click.command()
@@ -54,13 +54,13 @@ def scan(scenario, overrides, baseline, tolerances, json_path, out, tracking_uri
     apply_trust(trust_model_code)
     from pathlib import Path
 
-    from harness.scan import format_diff, parse_tolerances, run_scan
+    from harness.scan.baseline import format_diff, parse_tolerances, run_scan
     from harness.scenario import load_scenario
 
     check_output_paths(out, json=json_path, sarif=sarif_path, junit=junit_path)
     tol = parse_tolerances(tolerances)
     s = load_scenario(scenario, list(overrides), auth_env)
-    from harness.interrupts import Interrupted
+    from harness.core.interrupts import Interrupted
 
     try:
         res = run_scan(s, baseline=baseline, tolerance=tol, tracking_uri=tracking_uri, out=out,

@@ -8,7 +8,7 @@ import sys
 import click
 
 from harness.cli.common import SET, THREADS, TRUST, apply_trust, guarded
-from harness.threads import pin_threads
+from harness.core.threads import pin_threads
 
 
 @click.command()
@@ -53,7 +53,7 @@ def serve(scenario, overrides, host, port, budget, keys_env, export_mlflow, prot
     import os
     import re
 
-    from harness.errors import BadInput
+    from harness.core.errors import BadInput
     from harness.scenario import load_scenario
 
     if model_name is not None and protocol == "mlflow":

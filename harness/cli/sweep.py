@@ -1,5 +1,5 @@
-"""`leakmeter sweep` and `leakmeter compare`: parse, call harness/sweep.py and
-harness/compare_runs.py, exit.
+"""`leakmeter sweep` and `leakmeter compare`: parse, call harness/sweep/grid.py and
+harness/sweep/compare.py, exit.
 
 Exit codes: sweep — 0 every cell ran and at least one passes the policy, 1 none passes, 2 bad
 input, 3 a cell crashed; compare — 0 a cell is recommended, 1 none passes, 2 bad input.
@@ -23,9 +23,9 @@ from harness.cli.common import (
     guarded,
     write_ci_outputs,
 )
-from harness.compare_runs import gather_experiment, gather_sweep, run_compare
-from harness.errors import BadInput
-from harness.threads import pin_threads
+from harness.core.errors import BadInput
+from harness.core.threads import pin_threads
+from harness.sweep.compare import gather_experiment, gather_sweep, run_compare
 
 
 @click.command()
@@ -60,7 +60,7 @@ def sweep(scenario, grid, overrides, seeds, max_cells, jobs, executor, ray_addre
     threads = pin_threads(threads)
     apply_trust(trust_model_code)
     from harness.scenario import apply_overrides, choose_auth_env, read_raw
-    from harness.sweep import plan_sweep, run_sweep
+    from harness.sweep.grid import plan_sweep, run_sweep
 
     check_output_paths(out, sarif=sarif_path, junit=junit_path)
     if not grid:
@@ -78,7 +78,7 @@ def sweep(scenario, grid, overrides, seeds, max_cells, jobs, executor, ray_addre
                 read_headers(s.victim.endpoint)
         except BadInput as exc:
             raise BadInput(f"cell {cell.label()}: {exc}") from None
-    from harness.interrupts import Interrupted
+    from harness.core.interrupts import Interrupted
 
     try:
         res = run_sweep(plan, scenario_path=scenario, tracking_uri=tracking_uri, out=out, jobs=jobs,
@@ -111,7 +111,7 @@ def sweep(scenario, grid, overrides, seeds, max_cells, jobs, executor, ray_addre
 
 def _ci_outputs(sarif_path, junit_path, records, res, cmp, scenario, raw) -> None:
     """SARIF and JUnit over every finished cell (one JUnit suite per cell); crashed cells too."""
-    from harness.sweep import Cell, apply_cell
+    from harness.sweep.grid import Cell, apply_cell
 
     if cmp is None and sarif_path:
         from reports.compare import compare as compare_cells

@@ -4,7 +4,7 @@
 naming the file, the key path (``victim.model.hidden[1]``) and what is allowed.
 """
 
-from harness.errors import ScenarioError
+from harness.core.errors import ScenarioError
 from harness.scenario.loading import (
     apply_overrides,
     choose_auth_env,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.errors import BadInput
+from harness.core.errors import BadInput
 from victims.limits import READ_AT_CHECK, check_model_archive, machine_memory  # noqa: F401 (re-exported)
 
 # input features of the bundled datasets
@@ -109,9 +109,10 @@ def check_startup_budget(s: Any) -> None:
 
 def preflight(s: Any) -> None:
     """Every check that needs the file system or the machine; BadInput (exit 2) on the first."""
-    from harness.attacker.reference_executors import check as check_reference_executor
+    from harness.core.ray_cluster import ray_preflight
 
     check_files(s)
     check_memory(s)
     check_startup_budget(s)
-    check_reference_executor(s.membership)  # membership.executor: ray needs Ray (and its cluster)
+    if s.membership is not None and s.membership.executor == "ray":  # Ray installed, its cluster up
+        ray_preflight(s.membership.ray_address, "membership.executor: ray", "membership.ray_address")

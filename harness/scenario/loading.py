@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from harness.errors import ScenarioError
+from harness.core.errors import ScenarioError
 from harness.scenario.schema import Scenario, redact_url
 from harness.scenario.yamlsafe import YamlRefused, load_yaml_bytes, load_yaml_text
 from victims.http.secrets import clip, scrub

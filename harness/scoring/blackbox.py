@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.attacks.gradients import api_labels
-from harness.errors import BudgetExhausted
+from harness.core.answers import api_labels
+from harness.core.errors import BudgetExhausted
 from harness.scoring import scorer
 from harness.scoring.model import cohen_kappa
 from victims.http.client import EndpointError
@@ -88,7 +88,7 @@ class _ProbeOracle:
 @scorer("subspace", blackbox=True)
 def span_stability(artifact: Any, truth: Any, info: Any) -> dict[str, float]:
     """Rank of the recovered span and how well it holds fresh gradients."""
-    from harness.attacks.gradients import gradient_rows
+    from harness.core.answers import gradient_rows
 
     basis = torch.as_tensor(np.asarray(artifact.data.get("basis", np.zeros((0, info.dim)))),
                             dtype=torch.float64).reshape(-1, info.dim)
@@ -129,7 +129,7 @@ def _probe_chunk(truth: Any, info: Any, start: int, n: int) -> torch.Tensor:
 
 def _levels(m: dict[str, float], regression: bool) -> tuple[str, str]:
     """(risk level at the lower bounds, at the upper bounds) of a black-box judgment."""
-    from harness.attacks.extraction.fidelity import label_level, r2_level
+    from harness.scoring.fidelity import label_level, r2_level
 
     if regression:
         return r2_level(m["r2_lower"]), r2_level(m["r2_upper"])

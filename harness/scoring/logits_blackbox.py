@@ -13,8 +13,8 @@ import numpy as np
 import torch
 
 from defenses.budget import SCORING
-from harness.attacks.extraction.logit_sources import FullSource, TopKSource
-from harness.errors import BudgetExhausted
+from harness.core.errors import BudgetExhausted
+from harness.core.logprob_sources import FullSource, TopKSource
 from harness.scoring import scorer
 from harness.scoring.blackbox import unverified
 from harness.scoring.logits import fresh_inputs, residual

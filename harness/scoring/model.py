@@ -19,7 +19,7 @@ Metrics (kind "model"), per set and for the held-out set without suffix:
 - units_true / units_matched / param_error, where the victim is recognisably Linear-ReLU-Linear
   (TorchScript included): hidden units (Aᵢ, bᵢ)/‖Aᵢ‖ matched up to permutation and scale;
   param_error is the largest distance.
-Thresholds (harness/attacks/extraction/fidelity.py): high when output_error ≤ 1e-2 (a stolen
+Thresholds (harness/scoring/fidelity.py): high when output_error ≤ 1e-2 (a stolen
 model, whatever its parameter error) or agreement ≥ 0.95; medium when output_error ≤ 0.1 or
 agreement ≥ 0.8; else low. TorchScript victims are scored the same way (the truth model is
 callable even when its structure is not recognisable).
@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from harness.attacks.gradients import api_labels
+from harness.core.answers import api_labels
 from harness.scoring import deep_params, scorer
 
 N_GAUSS = 2000

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from harness.attacks.gradients import api_labels
+from harness.core.answers import api_labels
 from harness.scoring import scorer
 from harness.scoring.subspace import compare_subspaces, first_layer_of, row_basis
 

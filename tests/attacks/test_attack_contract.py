@@ -17,9 +17,9 @@ from conftest import make_scenario
 from defenses.output import OutputDefenses
 from harness.attacks import registry
 from harness.attacks.base import FAMILIES, INTERFACES, Attack
-from harness.errors import STOP_REASONS
-from harness.oracle import Oracle
-from harness.runner import Planned, run_attack
+from harness.core.errors import STOP_REASONS
+from harness.core.oracle import Oracle
+from harness.run.runner import Planned, run_attack
 from harness.scenario import scenario_from_dict
 from reports.tracking import Tracker
 from reports.verdict import LEVELS

@@ -205,8 +205,8 @@ def C_plots_fidelity(cmp, curves, tmp_path):
 def test_runs_of_different_models_or_tasks_are_not_ranked_on_one_axis(tmp_path):
     """Accuracy beside R², or one model file's accuracy beside another's: refused in one line
     (exit 2 through the CLI), before anything is written; one model's runs are compared."""
-    from harness.compare_runs import run_compare
-    from harness.errors import BadInput
+    from harness.core.errors import BadInput
+    from harness.sweep.compare import run_compare
 
     def on(data, task, util, model=None, **kw):
         rep = report(0.9, None, None, ["low"])

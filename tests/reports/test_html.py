@@ -50,7 +50,7 @@ def not_blank(png):
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory):
     """A real (tiny) run: report.json, report.md and report.html in its folder."""
-    from harness.runner import run_scenario
+    from harness.run.runner import run_scenario
     from harness.scenario import scenario_from_dict
 
     out = tmp_path_factory.mktemp("run")

@@ -88,7 +88,7 @@ def test_no_dp_means_no_guarantee(tmp_path):
 def test_run_logs_rero_to_mlflow(tracking_uri, tmp_path):
     import mlflow
 
-    from harness.runner import run_scenario
+    from harness.run.runner import run_scenario
 
     s = scenario_from_dict(make_scenario(defenses=DP, rero={"priors": [{"kind": "empirical"}]},
                                          attacks=[{"name": "span_nonadaptive"}],

@@ -10,7 +10,7 @@ import torch
 
 from defenses.output import OutputDefenses
 from harness.attacks.base import Artifact
-from harness.oracle import Oracle
+from harness.core.oracle import Oracle
 from harness.scenario import scenario_from_dict
 from harness.scoring import score
 from victims.build import build_victim
@@ -60,7 +60,7 @@ def test_an_artifact_no_probe_could_verify_is_incomplete_never_low(tmp_path):
     """The scan's row cap lets the surrogate spend its budget but leaves no room for the held-out
     probes: nothing verified the copy, so the attack is incomplete with no risk (once it read
     "low, not verifiable" and the scan passed); the cap is never exceeded."""
-    from harness.runner import run_scenario
+    from harness.run.runner import run_scenario
 
     s = scenario_from_dict(SCENARIO)
     served, _ = build_served(s)
@@ -100,7 +100,7 @@ def test_a_judgment_near_a_level_adds_probes_and_decides_on_the_lower_bound():
     bounds (Clopper–Pearson, computed independently here), and the judge decides on them."""
     from scipy.stats import binomtest
 
-    from harness.attacks.extraction.fidelity import judge_fidelity
+    from harness.scoring.fidelity import judge_fidelity
 
     s = scenario_from_dict(SCENARIO)
     served, local = build_served(s)

@@ -6,7 +6,7 @@ import struct
 import numpy as np
 import pytest
 
-from harness.errors import BadInput
+from harness.core.errors import BadInput
 from harness.scenario.schema import DataSpec
 from victims.data.datasets import fashion_mnist_dir, load_dataset, load_idx_folder
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from harness.errors import BadInput
+from harness.core.errors import BadInput
 from harness.scenario import scenario_from_dict
 from victims.build import build_victim, check_buildable
 

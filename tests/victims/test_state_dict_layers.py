@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from torch import nn
 
 from harness.cli import main
-from harness.errors import BadInput
+from harness.core.errors import BadInput
 from harness.scenario import scenario_from_dict
 from victims.build import build_victim, check_buildable
 

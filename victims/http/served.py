@@ -9,7 +9,7 @@ same query always gets the same answer and averaging repeated queries removes no
 (`salt`) is drawn from the operating system's randomness when the server starts — never from the
 scenario's seed, which is public (shipped scenarios use 0; it is in every report) and would let
 anyone compute the noise and subtract it exactly. A restarted server draws a new secret. (The
-attack-side simulation of output noise, harness/oracle.py, keeps its own seeded stream: there the
+attack-side simulation of output noise, harness/core/oracle.py, keeps its own seeded stream: there the
 attacker never sees the generator.)
 """
 

@@ -18,7 +18,7 @@ hyperplane in the features (ReLU(u_m), u_m or h_{m−1}, 1), whose coefficients 
 row and, in the linear block, the signature of layer m's orientations. The layer is then peeled
 off (its signs fixed), and the next one is sought among the critical points that were not. The
 output layer is fitted by least squares and the whole network is checked on fresh queries
-(harness/attacks/extraction/deep_extract.py).
+(harness/attacks/extraction/cryptanalysis/deep_extract.py).
 
 Interfaces: `predict` with logits or probabilities (centred logits then), and the gradient
 interfaces, whose exact gradients give each jump in 2 queries instead of 2(d + 1)
@@ -34,14 +34,14 @@ import math
 
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
-from harness.attacks.extraction.deep_extract import DeepExtraction
-from harness.attacks.extraction.exact import check_tolerance, extract, gradient_tolerance
-from harness.attacks.extraction.fidelity import judge_fidelity
+from harness.attacks.extraction.cryptanalysis.deep_extract import DeepExtraction
+from harness.attacks.extraction.cryptanalysis.exact import check_tolerance, extract, gradient_tolerance
+from harness.attacks.extraction.cryptanalysis.piecewise import linear_pieces_test
+from harness.attacks.extraction.cryptanalysis.precision_bits import bits_needed
 from harness.attacks.extraction.gradient_exact import GradientExactParams
-from harness.attacks.extraction.piecewise import linear_pieces_test
-from harness.attacks.extraction.precision_bits import bits_needed
 from harness.attacks.gradients import estimate_noise
-from harness.errors import AssumptionViolated, AttackSkipped, AttackStopped, PrecisionLimit
+from harness.core.errors import AssumptionViolated, AttackSkipped, AttackStopped, PrecisionLimit
+from harness.scoring.fidelity import judge_fidelity
 
 
 class CryptanalyticParams(Params):

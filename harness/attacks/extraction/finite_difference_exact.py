@@ -20,7 +20,7 @@ log p − mean(log p) equal the logits minus their mean (binary: log(p₁/p₀) 
 the model is recovered up to a per-input constant (scored as centred logits).
 Precision: the answers' noise σ is estimated from queries (repeats and second differences);
 kinks count only where the value leaves the chord by 20σ, brackets stop shrinking where the
-bend sinks into the noise, and Jacobian steps grow with σ (harness/attacks/extraction/fd_rows.py).
+bend sinks into the noise, and Jacobian steps grow with σ (cryptanalysis/fd_rows.py).
 Where that is not enough (heavy rounding or noise) the self-check stays above the noise and
 the attack ends with `stopped_by: precision` and the model it reached, scored as usual.
 """
@@ -29,10 +29,10 @@ from __future__ import annotations
 
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack
-from harness.attacks.extraction.exact import extract
-from harness.attacks.extraction.fd_rows import FLOAT64_STEP
-from harness.attacks.extraction.fidelity import judge_fidelity
+from harness.attacks.extraction.cryptanalysis.exact import extract
+from harness.attacks.extraction.cryptanalysis.fd_rows import FLOAT64_STEP
 from harness.attacks.extraction.gradient_exact import GradientExactParams
+from harness.scoring.fidelity import judge_fidelity
 
 
 class FiniteDifferenceParams(GradientExactParams):

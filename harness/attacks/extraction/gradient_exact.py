@@ -29,15 +29,15 @@ any `gradient_of`) and real-valued predictions (logits, or probabilities: then t
 recovered up to a per-input constant, i.e. centred logits). Randomized explanations stop it
 (`stopped_by: assumption`); a self-check that stays above the answers' noise ends it with
 `stopped_by: precision` and the model it has (scored like any other). Tolerances come from the
-answers (harness/attacks/extraction/exact.py), never from the victim's declared dtype.
+answers (harness/attacks/extraction/cryptanalysis/exact.py), never from the victim's declared dtype.
 """
 
 from __future__ import annotations
 
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
-from harness.attacks.extraction.exact import extract
-from harness.attacks.extraction.fidelity import judge_fidelity
+from harness.attacks.extraction.cryptanalysis.exact import extract
+from harness.scoring.fidelity import judge_fidelity
 
 
 class GradientExactParams(Params):

@@ -11,7 +11,7 @@ vectors of n > h prompts span C·W·[diag(γ)P, β] (C, P centre over vocabulary
 final LayerNorm's): rank h. SVD of the n × V matrix gives the width (its rank) and W up to an
 invertible h×h map (the top-h right singular vectors).
 
-What the API gives decides the path (harness/attacks/extraction/logit_sources.py): full vectors;
+What the API gives decides the path (harness/core/logprob_sources.py): full vectors;
 top-K + a logit bias that moves the returned logprobs (measured first with one biased request,
 since vLLM's default returns them before logit processing); only the generated token + a bias
 (binary search: costed, projected before spending); or neither, which ends `ok`, risk low: the API
@@ -38,7 +38,8 @@ from pydantic import Field
 
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
-from harness.attacks.extraction.logit_sources import (
+from harness.core.errors import AttackStopped, InterfaceError, PrecisionLimit
+from harness.core.logprob_sources import (
     FullSource,
     SearchSource,
     TopKSource,
@@ -46,7 +47,6 @@ from harness.attacks.extraction.logit_sources import (
     repeat_sigma,
     width,
 )
-from harness.errors import AttackStopped, InterfaceError, PrecisionLimit
 
 BASIS_EACH_ROUND = 2_000_000_000  # V·n·r multiply-adds for the basis of a round's kept artifact
 GRAM_FLOOR = 4 * math.sqrt(float(torch.finfo(torch.float64).eps)) / 3  # of σ₁, in units of τ's 3× bar

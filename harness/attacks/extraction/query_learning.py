@@ -52,11 +52,11 @@ from torch import nn
 from harness.attacker.scaling import PoolScale, ScaledOracle
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
-from harness.attacks.extraction import line_pieces as lp
-from harness.attacks.extraction import relu_lines as rl
-from harness.attacks.extraction.fidelity import judge_fidelity
+from harness.attacks.extraction.cryptanalysis import line_pieces as lp
+from harness.attacks.extraction.cryptanalysis import relu_lines as rl
 from harness.attacks.gradients import estimate_noise
-from harness.errors import AssumptionViolated
+from harness.core.errors import AssumptionViolated
+from harness.scoring.fidelity import judge_fidelity
 
 
 class QueryLearningParams(Params):

@@ -56,8 +56,8 @@ from harness.attacker.compute import place as place_work
 from harness.attacker.scaling import PoolScale
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
-from harness.attacks.gradients import api_labels, decimal_grid
-from harness.errors import AssumptionViolated
+from harness.core.answers import api_labels, decimal_grid
+from harness.core.errors import AssumptionViolated
 
 GRID = (1, 2, 3, 5, 7)
 HOLDOUT_EVERY = 5  # every 5th answer is held out (20%)
@@ -468,7 +468,7 @@ class Surrogate(Attack):
             net.load_state_dict(state)
 
     def judge(self, m, artifact):
-        from harness.attacks.extraction.fidelity import judge_agreement, judge_fidelity
+        from harness.scoring.fidelity import judge_agreement, judge_fidelity
 
         if "fidelity" not in m:
             return judge_fidelity(m, "surrogate")

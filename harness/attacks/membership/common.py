@@ -35,7 +35,7 @@ from scipy import stats
 
 from harness.attacker.signals import correct_from_labels, phi_from_api, phi_from_logits
 from harness.attacks.base import Artifact
-from harness.errors import AttackSkipped
+from harness.core.errors import AttackSkipped
 
 HIGH_RATIO = 5.0
 HIGH_TPR = 0.01

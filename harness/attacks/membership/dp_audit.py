@@ -54,7 +54,7 @@ from harness.attacks import register, registry
 from harness.attacks.base import Artifact, Attack, Params
 from harness.attacks.membership.common import judge_membership, knowledge, needs_scores
 from harness.attacks.membership.mia_lira import lira_offline
-from harness.errors import AttackStopped
+from harness.core.errors import AttackStopped
 from harness.scoring.audit import threshold_grid
 
 DEFAULT_DELTA = 1e-5

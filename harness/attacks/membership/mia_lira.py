@@ -47,7 +47,7 @@ from harness.attacks.membership.common import (
     scores_artifact,
     target_phi,
 )
-from harness.errors import AssumptionViolated, AttackSkipped
+from harness.core.errors import AssumptionViolated, AttackSkipped
 
 PRIOR_DF = 8.0  # `auto`: ν₀, the pooled variance's weight in degrees of freedom (measured: 4-16 alike)
 

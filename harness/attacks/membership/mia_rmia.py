@@ -51,7 +51,7 @@ from harness.attacks.membership.common import (
     scores_artifact,
     target_phi,
 )
-from harness.errors import AssumptionViolated, AttackSkipped
+from harness.core.errors import AssumptionViolated, AttackSkipped
 from harness.scoring.roc import auc, roc
 
 A_GRID = tuple(i / 10 for i in range(11))

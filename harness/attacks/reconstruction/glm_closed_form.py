@@ -22,7 +22,7 @@ import torch
 
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
-from harness.errors import AttackFailed, AttackSkipped
+from harness.core.errors import AttackFailed, AttackSkipped
 
 
 class GLMParams(Params):

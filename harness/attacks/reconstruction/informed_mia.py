@@ -20,7 +20,7 @@ import torch
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
 from harness.attacks.reconstruction.reconn import format_outputs
-from harness.errors import AttackFailed, AttackSkipped, AttackStopped
+from harness.core.errors import AttackFailed, AttackSkipped, AttackStopped
 
 GROUP = 8  # games whose shadow models train in one batch (the time limit is checked between games)
 

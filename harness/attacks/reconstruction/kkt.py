@@ -43,7 +43,7 @@ import torch
 
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
-from harness.errors import AttackFailed
+from harness.core.errors import AttackFailed
 
 SIGNIFICANCE = 0.01  # a `high` needs members beating non-members at this level
 

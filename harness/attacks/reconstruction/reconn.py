@@ -43,7 +43,7 @@ from torch import nn
 from harness.attacker.compute import place as place_work
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
-from harness.errors import AttackFailed, AttackSkipped
+from harness.core.errors import AttackFailed, AttackSkipped
 
 
 class ReconnParams(Params):

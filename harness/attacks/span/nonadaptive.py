@@ -54,7 +54,7 @@ from harness.attacks.span.fd_spectrum import (
     readmit,
     without_ones,
 )
-from harness.errors import AssumptionViolated, PrecisionLimit
+from harness.core.errors import AssumptionViolated, PrecisionLimit
 
 
 class SpanParams(Params):

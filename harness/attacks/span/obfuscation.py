@@ -32,10 +32,10 @@ from pydantic import Field
 
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
-from harness.attacks.gradients import api_labels
 from harness.attacks.span.nonadaptive import SpanNonAdaptive, SpanParams
 from harness.attacks.span.threshold import SpanThreshold, ThresholdParams
-from harness.errors import AssumptionViolated, AttackSkipped, AttackStopped
+from harness.core.answers import api_labels
+from harness.core.errors import AssumptionViolated, AttackSkipped, AttackStopped
 
 
 class ObfuscationParams(Params):

@@ -47,9 +47,9 @@ import torch
 
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
-from harness.attacks.gradients import api_labels
 from harness.attacks.span.nonadaptive import judge_span, vacuous_span
-from harness.errors import AssumptionViolated, PrecisionLimit
+from harness.core.answers import api_labels
+from harness.core.errors import AssumptionViolated, PrecisionLimit
 
 # adaptive steps (× input scale): the slope error from the answers' noise falls as 1/h and the
 # boundary's curvature error grows as h; a second-difference error above `target_error` climbs

@@ -8,7 +8,7 @@ import torch
 from attack_direct import run_direct
 from test_extraction_exact import random_net
 
-from harness.attacks.extraction import relu_lines as rl
+from harness.attacks.extraction.cryptanalysis import relu_lines as rl
 
 
 def test_lstsq_is_device_portable_and_exact():

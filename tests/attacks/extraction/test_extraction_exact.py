@@ -7,7 +7,7 @@ import torch
 from attack_direct import run_direct
 from conftest import REPO
 
-from harness.runner import run_scenario
+from harness.run.runner import run_scenario
 from harness.scenario import scenario_from_dict
 
 
@@ -209,7 +209,7 @@ def test_extracted_model_artifact_is_a_torch_module(tmp_path):
     from defenses.output import OutputDefenses
     from harness.attacks import registry
     from harness.attacks.base import RunContext
-    from harness.oracle import Oracle
+    from harness.core.oracle import Oracle
     from victims.build import build_victim
 
     s = random_net(10, 5)

@@ -6,7 +6,7 @@ import pytest
 from attack_direct import run_direct
 from test_extraction_exact import random_net
 
-from harness.runner import run_scenario
+from harness.run.runner import run_scenario
 from harness.scenario import scenario_from_dict
 
 
@@ -159,7 +159,7 @@ def test_query_learning_ignores_unanswered_ends_on_saturated_probabilities(tmp_p
     underflow and the answers carry no logit. Those end pieces once counted as kinks, so the span
     grew four times on line 1 (each growth a whole line's queries) and the fit ended at a
     normalised loss of 2e-3 after 196k queries; an unanswered end now says nothing about kinks."""
-    from harness.runner import plan_attacks
+    from harness.run.runner import plan_attacks
     from harness.scenario import load_scenario
 
     s = load_scenario("scenarios/prediction-api.yaml", [])

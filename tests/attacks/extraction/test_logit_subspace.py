@@ -10,8 +10,8 @@ from conftest import make_scenario
 
 from defenses.output import OutputDefenses
 from harness.attacks import registry
-from harness.oracle import Oracle
-from harness.runner import Planned, run_attack
+from harness.core.oracle import Oracle
+from harness.run.runner import Planned, run_attack
 from harness.scenario import scenario_from_dict
 from harness.scoring.logits import centred_truth, rank
 from reports.tracking import Tracker
@@ -117,7 +117,7 @@ def test_api_answers_processed_and_raw_against_the_logits():
       "interface": {"output": "logprobs", "top_logprobs": 65}}, "exceeds"),
 ])
 def test_lm_keys_are_checked(bad, key):
-    from harness.errors import ScenarioError
+    from harness.core.errors import ScenarioError
 
     with pytest.raises((ScenarioError, ValueError)) as exc:
         scenario_from_dict(make_scenario(**bad))

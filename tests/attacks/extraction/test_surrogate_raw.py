@@ -9,7 +9,7 @@ import torch
 from conftest import make_scenario
 
 from harness.attacks.extraction.surrogate import membership_loss
-from harness.runner import run_scenario
+from harness.run.runner import run_scenario
 from harness.scenario import scenario_from_dict
 from victims.build import build_victim
 from victims.data.datasets import load_dataset

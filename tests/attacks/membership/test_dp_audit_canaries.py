@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from defenses.dp_sgd import PrivateTraining, audit_fault
 from harness.attacker.gradient_canaries import GradientCanaries
-from harness.runner import run_scenario
+from harness.run.runner import run_scenario
 from harness.scenario import scenario_from_dict
 
 VICTIM = {"model": {"arch": "mlp", "hidden": [16]},

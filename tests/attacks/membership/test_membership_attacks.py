@@ -14,7 +14,7 @@ from harness.attacker.informed import Recipe
 from harness.attacker.shadows import flatten_state
 from harness.attacker.signals import phi_from_logits, phi_from_probs
 from harness.attacker.stacked_training import train_stacked
-from harness.runner import run_scenario
+from harness.run.runner import run_scenario
 from harness.scenario import scenario_from_dict
 from victims.build import build_victim
 
@@ -83,7 +83,7 @@ def test_phi_is_the_logit_scaled_confidence():
 def test_the_attacker_never_sees_membership(tmp_path):
     from defenses.output import OutputDefenses
     from harness.attacker.membership import MembershipAccess, MembershipKnowledge
-    from harness.oracle import Oracle
+    from harness.core.oracle import Oracle
 
     s, v, _ = _recipe()
     o = Oracle(v.backend, v.info, OutputDefenses(), None)

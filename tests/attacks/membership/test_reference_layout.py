@@ -18,8 +18,8 @@ from harness.attacker.informed import Recipe
 from harness.attacker.reference_models import layout, screen, train_reference_set
 from harness.attacks.membership.mia_lira import PRIOR_DF, gaussian_fit, lira_offline, lira_online
 from harness.attacks.membership.mia_rmia import A_GRID, population, pr_x, tune_a
-from harness.errors import BadInput
-from harness.runner import run_scenario
+from harness.core.errors import BadInput
+from harness.run.runner import run_scenario
 from harness.scenario import ScenarioError, scenario_from_dict
 from victims.build import build_victim
 
@@ -32,7 +32,7 @@ PROBS = {"kind": "prediction", "output": "probabilities"}
 
 def _setup(victim=DIGITS, **over):
     from harness.attacker.membership import MembershipKnowledge
-    from harness.oracle import Oracle
+    from harness.core.oracle import Oracle
 
     s = scenario_from_dict(make_scenario(victim=victim, interface=PROBS, **over))
     v = build_victim(s)

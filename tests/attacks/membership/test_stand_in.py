@@ -9,7 +9,7 @@ import torch
 from conftest import make_scenario
 
 from harness.attacker.membership import STAND_IN_HIDDEN
-from harness.runner import run_scenario
+from harness.run.runner import run_scenario
 from harness.scenario import scenario_from_dict
 from victims.data.datasets import load_dataset
 

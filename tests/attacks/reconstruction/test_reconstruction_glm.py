@@ -4,7 +4,7 @@ import pytest
 import torch
 from conftest import make_scenario
 
-from harness.runner import run_scenario
+from harness.run.runner import run_scenario
 from harness.scenario import scenario_from_dict
 from harness.scoring.audit import clopper_pearson
 from harness.scoring.reconstruction import pairwise_ncc, ssim_pairs

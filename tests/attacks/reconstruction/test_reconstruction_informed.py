@@ -7,7 +7,7 @@ from conftest import make_scenario
 
 from harness.attacker.informed import InformedKnowledge, KnowledgeAccess, Recipe
 from harness.attacker.shadows import flatten_state, train_many
-from harness.runner import run_scenario
+from harness.run.runner import run_scenario
 from harness.scenario import scenario_from_dict
 from victims.build import build_victim
 
@@ -85,7 +85,7 @@ def test_release_hides_targets_from_the_attacker():
     s = _scenario("all")
     v = build_victim(s)
     from defenses.output import OutputDefenses
-    from harness.oracle import Oracle
+    from harness.core.oracle import Oracle
 
     o = Oracle(v.backend, v.info, OutputDefenses.from_spec(s.defenses), None)
     provider = InformedKnowledge(s, v, o, "x", 0)

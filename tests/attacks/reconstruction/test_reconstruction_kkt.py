@@ -7,7 +7,7 @@ from conftest import REPO, make_scenario
 
 from harness.attacks.base import Artifact
 from harness.attacks.reconstruction.kkt import kkt_loss
-from harness.runner import run_scenario
+from harness.run.runner import run_scenario
 from harness.scenario import scenario_from_dict
 from harness.scoring.reconstruction import score_untargeted
 from victims.build import build_victim

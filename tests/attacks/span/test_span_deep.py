@@ -6,7 +6,7 @@ import pytest
 from attack_direct import run_direct
 from conftest import REPO, make_scenario
 
-from harness.runner import run_scenario
+from harness.run.runner import run_scenario
 from harness.scenario import Scenario
 
 

@@ -4,7 +4,7 @@ model's predictions; the same noise unprojected does not; an incomplete span is 
 import pytest
 from conftest import make_scenario
 
-from harness.runner import run_scenario
+from harness.run.runner import run_scenario
 from harness.scenario import Scenario
 from victims.data.datasets import fashion_mnist_dir
 

@@ -8,7 +8,7 @@ from attack_direct import run_direct
 from conftest import REPO
 
 from harness.attacks import registry
-from harness.runner import run_scenario
+from harness.run.runner import run_scenario
 from harness.scenario import Scenario
 from harness.scoring.subspace import row_basis
 from victims.build import build_victim
@@ -59,7 +59,7 @@ def test_each_vector_inside_the_span(tmp_path):
     from defenses.output import OutputDefenses
     from harness.attacks.base import RunContext
     from harness.attacks.span.threshold import SpanThreshold, ThresholdParams
-    from harness.oracle import Oracle
+    from harness.core.oracle import Oracle
 
     s = binary_net(40, 6, 3)
     v = build_victim(s)

@@ -19,9 +19,9 @@ import torch
 from loopback import LoopbackServer
 
 from defenses.output import OutputDefenses
-from harness.errors import BadInput, BudgetExhausted
-from harness.oracle import Oracle
-from harness.runner import run_scenario
+from harness.core.errors import BadInput, BudgetExhausted
+from harness.core.oracle import Oracle
+from harness.run.runner import run_scenario
 from harness.scenario import scenario_from_dict
 from victims.build import build_victim
 from victims.http.client import (

@@ -16,7 +16,7 @@ import pytest
 import requests
 import torch
 
-from harness.runner import run_scenario
+from harness.run.runner import run_scenario
 from harness.scenario import scenario_from_dict
 from victims.build import build_victim
 from victims.http.pyfunc import export_pyfunc

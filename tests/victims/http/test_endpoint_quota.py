@@ -11,7 +11,7 @@ import yaml
 from click.testing import CliRunner
 
 from harness.cli import main
-from harness.runner import run_scenario
+from harness.run.runner import run_scenario
 from harness.scenario import scenario_from_dict
 from victims.http.served import build_served
 from victims.http.server import VictimServer

@@ -19,7 +19,7 @@ import yaml
 from click.testing import CliRunner
 
 from harness.cli import main
-from harness.runner import run_scenario
+from harness.run.runner import run_scenario
 from harness.scenario import scenario_from_dict
 from victims.build import build_victim
 from victims.http.served import build_served
@@ -119,7 +119,7 @@ def test_regression_scan_exits_1_when_noise_is_removed_and_never_passes_a_stoppe
     """Output noise stops the span attack (it cannot tell the rank): the scan is inconclusive
     (exit 4), never a pass; compared with the last scan it is unchanged; once the noise is gone
     the span leaks and the scan reports a regression (exit 1)."""
-    from harness.scan import Tolerance, run_scan
+    from harness.scan.baseline import Tolerance, run_scan
 
     noisy = digits(defenses={"query_budget": 20000, "output_noise": {"sigma": 0.001}},
                    tracking={"experiment": "scans"})

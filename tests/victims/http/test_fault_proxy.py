@@ -28,7 +28,7 @@ import requests
 import yaml
 from loopback import LoopbackServer
 
-from harness.runner import run_scenario
+from harness.run.runner import run_scenario
 from harness.scenario import scenario_from_dict
 from victims.build import build_victim
 

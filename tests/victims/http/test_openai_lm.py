@@ -8,8 +8,8 @@ from conftest import make_scenario
 
 from defenses.output import OutputDefenses
 from harness.attacks import registry
-from harness.oracle import Oracle
-from harness.runner import Planned, run_attack
+from harness.core.oracle import Oracle
+from harness.run.runner import Planned, run_attack
 from harness.scenario import scenario_from_dict
 from harness.scoring.logits import centred_truth, rank
 from reports.tracking import Tracker

@@ -20,9 +20,9 @@ import torch
 from loopback import LoopbackServer
 
 from defenses.output import OutputDefenses
-from harness.errors import BadInput
-from harness.oracle import Oracle
-from harness.runner import run_scenario
+from harness.core.errors import BadInput
+from harness.core.oracle import Oracle
+from harness.run.runner import run_scenario
 from harness.scenario import scenario_from_dict
 from victims.build import build_victim
 from victims.http.client import EndpointRefused
@@ -443,7 +443,7 @@ def test_request_budget_counts_requests_per_attacker_before_they_are_sent():
         oracle = Oracle(victim.backend, victim.info, OutputDefenses(), 1000)
         view = oracle.view("a")
         view.predict(torch.zeros(8, D, dtype=torch.float64))  # 2 requests
-        from harness.errors import BudgetExhausted
+        from harness.core.errors import BudgetExhausted
 
         with pytest.raises(BudgetExhausted) as err:
             view.predict(torch.zeros(8, D, dtype=torch.float64))  # the 3rd request, not the 4th

@@ -18,7 +18,7 @@ import requests
 from loopback import LoopbackServer
 from test_real_servers import kserve, mlserver, raw_digits, scenario  # noqa: F401 - fixtures
 
-from harness.runner import run_scenario
+from harness.run.runner import run_scenario
 from harness.scenario import scenario_from_dict
 from reports.verdict import exit_code
 

@@ -15,7 +15,7 @@ import torch
 from loopback import LoopbackServer
 from test_production_endpoint import C, D, remote, softmax_rows
 
-from harness.errors import BadInput
+from harness.core.errors import BadInput
 from harness.scenario import scenario_from_dict
 from victims.build import build_victim
 

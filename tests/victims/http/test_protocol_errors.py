@@ -15,7 +15,7 @@ import pytest
 import torch
 from loopback import LoopbackServer
 
-from harness.errors import BadInput
+from harness.core.errors import BadInput
 from harness.scenario import ScenarioError, scenario_from_dict
 from victims.build import build_victim
 from victims.http.secrets import SECRETS

@@ -13,7 +13,7 @@ import pytest
 import requests
 import torch
 
-from harness.errors import BadInput
+from harness.core.errors import BadInput
 from harness.scenario import scenario_from_dict
 from victims.build import build_victim
 from victims.http.served import build_served

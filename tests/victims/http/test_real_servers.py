@@ -24,8 +24,8 @@ import pytest
 import requests
 import torch
 
-from harness.errors import BadInput
-from harness.runner import run_scenario
+from harness.core.errors import BadInput
+from harness.run.runner import run_scenario
 from harness.scenario import scenario_from_dict
 from victims.build import build_victim
 

@@ -16,7 +16,7 @@ import yaml
 from loopback import LoopbackServer
 
 from defenses.output import OutputDefenses
-from harness.oracle import Oracle
+from harness.core.oracle import Oracle
 from harness.scenario import scenario_from_dict
 from victims.build import build_victim
 from victims.http.client import EndpointError

@@ -98,7 +98,7 @@ def test_auth_placeholder_sends_the_token_in_the_body_and_nowhere_else(tmp_path,
 def test_a_sweep_logs_the_scrubbed_scenario_not_the_raw_file(tmp_path, tracking_uri):
     """The sweep's scenario.yaml in MLflow holds no query key, whatever the parameter's name."""
     from harness.scenario import read_raw
-    from harness.sweep import log_sweep_scenario, plan_sweep
+    from harness.sweep.grid import log_sweep_scenario, plan_sweep
     from reports.tracking import Tracker
 
     scen = _scenario(tmp_path, f"http://127.0.0.1:9/x?subscription-key={SUBKEY}&v=2",

@@ -1,0 +1,1 @@
+"""Scheduled regression scans of an endpoint against a baseline MLflow run (`baseline`)."""
