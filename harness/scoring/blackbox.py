@@ -88,7 +88,7 @@ class _ProbeOracle:
 @scorer("subspace", blackbox=True)
 def span_stability(artifact: Any, truth: Any, info: Any) -> dict[str, float]:
     """Rank of the recovered span and how well it holds fresh gradients."""
-    from harness.core.answers import gradient_rows
+    from harness.core.gradients import gradient_rows
 
     basis = torch.as_tensor(np.asarray(artifact.data.get("basis", np.zeros((0, info.dim)))),
                             dtype=torch.float64).reshape(-1, info.dim)

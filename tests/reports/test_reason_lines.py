@@ -273,8 +273,8 @@ def test_an_unverified_artifact_has_no_risk_level():
 
 
 def test_no_dead_network_without_every_gradient_zero():
-    from harness.attacks.gradients import AnswerNoise
     from harness.attacks.span.nonadaptive import SpanNonAdaptive
+    from harness.core.gradients import AnswerNoise
 
     rounded = AnswerNoise(sigma=1e-3, scale=1.0, rounding=0.01)
     clean = AnswerNoise(sigma=1e-16, scale=1.0)

@@ -39,8 +39,8 @@ from harness.attacks.extraction.cryptanalysis.exact import check_tolerance, extr
 from harness.attacks.extraction.cryptanalysis.piecewise import linear_pieces_test
 from harness.attacks.extraction.cryptanalysis.precision_bits import bits_needed
 from harness.attacks.extraction.gradient_exact import GradientExactParams
-from harness.attacks.gradients import estimate_noise
 from harness.core.errors import AssumptionViolated, AttackSkipped, AttackStopped, PrecisionLimit
+from harness.core.gradients import estimate_noise
 from harness.scoring.fidelity import judge_fidelity
 
 

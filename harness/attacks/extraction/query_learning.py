@@ -54,8 +54,8 @@ from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
 from harness.attacks.extraction.cryptanalysis import line_pieces as lp
 from harness.attacks.extraction.cryptanalysis import relu_lines as rl
-from harness.attacks.gradients import estimate_noise
 from harness.core.errors import AssumptionViolated
+from harness.core.gradients import estimate_noise
 from harness.scoring.fidelity import judge_fidelity
 
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import torch
 
-from harness.attacks.gradients import AnswerNoise
+from harness.core.gradients import AnswerNoise
 
 
 def noise_floor(noise: AnswerNoise, step: float, x_inf: float, rows: int, d: int) -> float:

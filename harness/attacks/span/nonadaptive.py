@@ -46,7 +46,6 @@ from pydantic import Field
 
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
-from harness.attacks.gradients import cost_per_point, estimate_noise, fd_step, gradient_rows
 from harness.attacks.span.fd_spectrum import (
     lift_from_ones_complement,
     lone_points,
@@ -55,6 +54,7 @@ from harness.attacks.span.fd_spectrum import (
     without_ones,
 )
 from harness.core.errors import AssumptionViolated, PrecisionLimit
+from harness.core.gradients import cost_per_point, estimate_noise, fd_step, gradient_rows
 
 
 class SpanParams(Params):

@@ -29,8 +29,8 @@ from harness.attacks.extraction.cryptanalysis import relu_lines as rl
 from harness.attacks.extraction.cryptanalysis.deep_model import DeepReluNet, KnownLayers
 from harness.attacks.extraction.cryptanalysis.layer_signs import apply_signs, solve_signs
 from harness.attacks.extraction.cryptanalysis.neuron_walk import SurfaceFollower
-from harness.attacks.gradients import AnswerNoise
 from harness.core.errors import AttackStopped, PrecisionLimit, TimeLimit
+from harness.core.gradients import AnswerNoise
 
 
 @dataclass

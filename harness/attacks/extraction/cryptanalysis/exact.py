@@ -23,8 +23,8 @@ from harness.attacks.extraction.cryptanalysis.plane_refine import (
     relocate_offsets,
     relocate_offsets_by_values,
 )
-from harness.attacks.gradients import AnswerNoise, estimate_noise
 from harness.core.errors import AssumptionViolated, PrecisionLimit
+from harness.core.gradients import AnswerNoise, estimate_noise
 
 FINE_T = 1e-9  # gradient brackets are bisected to this relative width (below float32 resolution)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from harness.attacks.extraction.cryptanalysis import relu_lines as rl
-from harness.attacks.gradients import AnswerNoise
+from harness.core.gradients import AnswerNoise
 
 FLOAT64_STEP = 1e-5
 

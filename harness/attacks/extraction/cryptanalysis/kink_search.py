@@ -16,7 +16,7 @@ import torch
 
 from harness.attacks.extraction.cryptanalysis import relu_lines as rl
 from harness.attacks.extraction.cryptanalysis.fd_rows import central_jacobians, probed_jacobians
-from harness.attacks.gradients import AnswerNoise
+from harness.core.gradients import AnswerNoise
 
 OFFSETS = torch.tensor([-3.0, -2.0, -1.0, 1.0, 2.0, 3.0], dtype=torch.float64)
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, fields
 import torch
 
 from harness.attacks.extraction.cryptanalysis import relu_lines as rl
-from harness.attacks.gradients import AnswerNoise
 from harness.core.errors import PrecisionLimit
+from harness.core.gradients import AnswerNoise
 
 
 @dataclass

@@ -28,7 +28,7 @@ from harness.attacks.extraction.cryptanalysis import kink_search as ks
 from harness.attacks.extraction.cryptanalysis import relu_lines as rl
 from harness.attacks.extraction.cryptanalysis.deep_model import KnownLayers
 from harness.attacks.extraction.cryptanalysis.neuron_system import NeuronSystem
-from harness.attacks.gradients import AnswerNoise
+from harness.core.gradients import AnswerNoise
 
 FALLBACK_BELOW = 2  # fewer check points than this on Gaussian lines: look around the walk's points
 FALLBACK_REACH = 3.0  # ... through random points 3|x| from them (crossings far from the walk)

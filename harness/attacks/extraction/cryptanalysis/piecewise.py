@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from harness.attacks.extraction.cryptanalysis import relu_lines as rl
-from harness.attacks.gradients import AnswerNoise
+from harness.core.gradients import AnswerNoise
 
 
 def curvature_growth(oracle, noise: AnswerNoise, gen: torch.Generator, points: int = 49,

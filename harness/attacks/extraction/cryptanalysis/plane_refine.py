@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from harness.attacks.extraction.cryptanalysis import relu_lines as rl
-from harness.attacks.gradients import AnswerNoise
+from harness.core.gradients import AnswerNoise
 
 OFFSETS = torch.tensor([-3.0, -2.0, -1.0, 1.0, 2.0, 3.0], dtype=torch.float64)
 
