@@ -122,7 +122,7 @@ def test_2000_idle_connections_and_a_half_sent_request_do_not_starve_a_client(se
     _, port = server
     half = socket.create_connection(("127.0.0.1", port))
     half.sendall(b"POST /invocations HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + KEY.encode() +
-                 b"\r\nContent-Length: 100\r\n\r\n{\"inp")  # then nothing more
+                 b"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"inp")  # then nothing
     opened = time.monotonic()
     idle = []
     try:

@@ -76,7 +76,10 @@ def test_the_shipped_scan_decides_and_last_pass_finds_its_baseline(tmp_path, mon
         stop(proc)
     att = first["attacks"][0]
     assert code1 == 0 and first["verdict"] == "pass", (first["verdict"], att["reason"], out1[-2000:])
-    assert att["name"] == "surrogate" and att["status"] == "ok" and att["risk"] == "medium"
+    m1 = att["metrics"]  # decided on the one-sided 95% lower bounds (issue 30)
+    medium = m1["agreement_lower"] >= 0.8 and m1["kappa_lower"] >= 0.6
+    assert att["name"] == "surrogate" and att["status"] == "ok"
+    assert att["risk"] == ("medium" if medium else "low")
     assert att["metrics"]["blackbox_probes"] == 256 and 0.8 <= att["metrics"]["blackbox_agreement"] < 0.95
     assert first["scan"]["baseline_found"] is False and "baseline: none found (last-pass)" in out1
     assert f"endpoint: {url} speaks mlflow;" in out1
