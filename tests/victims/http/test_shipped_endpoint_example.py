@@ -76,11 +76,8 @@ def test_the_shipped_scan_decides_and_last_pass_finds_its_baseline(tmp_path, mon
         stop(proc)
     att = first["attacks"][0]
     assert code1 == 0 and first["verdict"] == "pass", (first["verdict"], att["reason"], out1[-2000:])
-    m1 = att["metrics"]  # decided on the one-sided 95% lower bounds (issue 30)
-    medium = m1["agreement_lower"] >= 0.8 and m1["kappa_lower"] >= 0.6
-    assert att["name"] == "surrogate" and att["status"] == "ok"
-    assert att["risk"] == ("medium" if medium else "low")
-    assert att["metrics"]["blackbox_probes"] >= 256  # (its agreement: see issue 30's open note)
+    assert att["name"] == "surrogate" and att["status"] == "ok" and att["risk"] == "medium"
+    assert att["metrics"]["blackbox_probes"] == 256 and 0.8 <= att["metrics"]["blackbox_agreement"] < 0.95
     assert first["scan"]["baseline_found"] is False and "baseline: none found (last-pass)" in out1
     assert f"endpoint: {url} speaks mlflow;" in out1
     assert code2 == 0 and second["verdict"] == "pass", out2[-2000:]
@@ -103,7 +100,7 @@ def test_the_shipped_scan_decides_and_last_pass_finds_its_baseline(tmp_path, mon
     high = m3["agreement_lower"] >= 0.95 and m3["kappa_lower"] >= 0.9
     assert att3["risk"] == ("high" if high else "medium") and m3["n_probes"] >= 256
     assert third["verdict"] == ("fail" if high else "pass")
-    assert att3["metrics"]["blackbox_agreement"] >= 0.95
+    assert att3["metrics"]["blackbox_agreement"] >= 0.95 > att["metrics"]["blackbox_agreement"]
     assert token not in out1 + out2 + out3
 
 
