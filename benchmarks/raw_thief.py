@@ -27,6 +27,7 @@ os.environ.setdefault("LEAKMETER_PROGRESS", "0")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from extraction import Recorder  # noqa: E402  (the same query recorder as the extraction benchmark)
 
 from harness.run.runner import run_scenario  # noqa: E402
 from harness.scenario import scenario_from_dict  # noqa: E402
@@ -34,19 +35,6 @@ from harness.scenario import scenario_from_dict  # noqa: E402
 OUT = Path(tempfile.mkdtemp(prefix="leakmeter-raw-thief-"))
 DATA = {"dataset": "breast_cancer", "standardize": "none", "task": "binary", "n_train": 398}
 
-
-class Recorder:
-    """A victim backend that keeps every batch the attacker asked (for the plain thief)."""
-
-    def __init__(self, backend):
-        self.backend, self.asked = backend, []
-
-    def __getattr__(self, name):
-        return getattr(self.backend, name)
-
-    def predict(self, x, kind):
-        self.asked.append(x.detach().cpu().clone())
-        return self.backend.predict(x, kind)
 
 
 def team_model(kind: str, seed: int) -> tuple[Path, list[int]]:
