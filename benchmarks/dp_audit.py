@@ -69,18 +69,19 @@ def row(eps, kind, a, wall) -> str:
     lo = m.get(f"epsilon_lower_{part}", float("nan"))
     est = m.get(f"epsilon_gdp_{part}", float("nan"))
     per = m.get(f"epsilon_perfect_{part}", float("nan"))
+    ceil = m.get(f"epsilon_ceiling_{part}", float("nan"))
     acc = m.get("epsilon_accountant", float("nan"))
     verdict = a["risk"] if a["status"] == "ok" else a["status"]
-    return (f"| {eps:g} | {kind} | {lo:.2f} | {est:.2f} | {per:.2f} | {acc:.2f} | "
+    return (f"| {eps:g} | {kind} | {lo:.2f} | {est:.2f} | {ceil:.2f} | {per:.2f} | {acc:.2f} | "
             f"{int(m.get('runs', 0))} | {wall:.0f} | {verdict} |")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--eps", type=float, nargs="+", default=[1, 2, 4, 8])
-    ap.add_argument("--audits", nargs="+", default=["threshold", "one_run", "wb1", "wb2", "bb"])
+    ap.add_argument("--audits", nargs="*", default=["threshold", "one_run", "wb1", "wb2", "bb"])
     ap.add_argument("--blackbox-runs", type=int, default=256)
-    ap.add_argument("--canaries", type=int, default=2000)
+    ap.add_argument("--canaries", type=int, default=5000)
     ap.add_argument("--seeds", type=int, nargs="*", default=[])
     ap.add_argument("--bugs", action="store_true")
     ap.add_argument("--crosscheck", action="store_true")
@@ -88,9 +89,9 @@ def main() -> None:
     from harness.core.threads import pin_threads
 
     pin_threads()
-    print("| ε | audit | ε_lower (95%, CP) | GDP/f-DP estimate | ε_perfect | accountant ε | runs | wall s "
-          "| result |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| ε | audit | ε_lower (95%, CP) | GDP/f-DP estimate | optimal-test ceiling | ε_perfect "
+          "| accountant ε | runs | wall s | result |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for eps in args.eps:
         for kind in args.audits:
             a, wall = run_one(eps, audit_params(kind, args))
@@ -101,9 +102,11 @@ def main() -> None:
         for fault in ("low_noise", "no_clipping", "shuffle"):
             a, _ = run_one(2.0, audit_params("wb2", args), fault=fault)
             m = a["metrics"]
-            print(f"| {fault} | {m.get('epsilon_lower_whitebox', float('nan')):.2f} | "
+            print(f"| {fault} | {m.get('epsilon_lower_whitebox', float('nan')):.2f} "
+                  f"(ceiling {m.get('epsilon_ceiling_whitebox', float('nan')):.2f}) | "
                   f"{m.get('epsilon_accountant', float('nan')):.2f} | {a['risk'] or a['status']} | "
                   f"{a['reason'][:90]} |", flush=True)
+        shuffle_analysis(args.canaries)
     if args.seeds:
         bad = total = 0
         for seed in args.seeds:
@@ -115,6 +118,27 @@ def main() -> None:
               f"(seeds {args.seeds}, ε {args.eps})")
     if args.crosscheck:
         crosscheck()
+
+
+def shuffle_analysis(canaries: int) -> None:
+    """Could any attack catch the shuffle bug? The optimal test on the *shuffled* mechanism (the
+    likelihood ratio over each epoch's steps) with the white-box audit's trials (2 runs × all
+    4810 parameters), against the Poisson accountant's ε; and, per epoch, the max test's exact ε
+    (Chua et al. 2024) with the probability of the events that carry it."""
+    from defenses.dp_sgd import noise_for_epsilon
+    from harness.scoring.audit_ceiling import optimal_test_ceiling, shuffle_max_test_epsilon
+
+    n = min(canaries, 4810)  # = 2 runs' canaries split in/out by fair coins
+    print("\n| told ε | σ | k batches × epochs | accountant ε | optimal test, shuffled (2 runs) | "
+          "optimal test, Poisson | max test ε, 1 shuffled epoch (FPR) |")
+    print("|---|---|---|---|---|---|---|")
+    for eps, k, epochs in ((2.0, 8, 30), (8.0, 8, 30), (8.0, 8, 1), (8.0, 50, 1)):
+        sigma = noise_for_epsilon(eps, 1e-5, 1 / k, epochs, "rdp")
+        sh = optimal_test_ceiling(n, n, sigma, 1 / k, k * epochs, 1e-5, 0.0125, "shuffle", k)
+        po = optimal_test_ceiling(n, n, sigma, 1 / k, k * epochs, 1e-5, 0.0125)
+        e1, fpr, _ = shuffle_max_test_epsilon(sigma, k, 1e-5)
+        print(f"| {eps:g} | {sigma:.3g} | {k} × {epochs} | {eps:g} | {sh:.2f} | {po:.2f} | "
+              f"{e1:.2f} ({fpr:.1e}) |", flush=True)
 
 
 def crosscheck() -> None:

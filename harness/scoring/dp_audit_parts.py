@@ -6,7 +6,10 @@ Both canary audits are iid trials: a Dirac canary's observations are its coordin
 privatised steps less the base data's known contribution, so each canary's score is drawn from
 the subsampled Gaussian mechanism alone (given its coin); a black-box trial is a fresh run.
 So the threshold-style analysis is exact for them (no one-model approximation), and its result
-is compared with the accountant of the very runs that produced it.
+is compared with the accountant of the very runs that produced it. Beside each bound,
+`epsilon_ceiling_*` is what the optimal (likelihood-ratio) test on the accountant's own mechanism
+would show with the same trials (harness/scoring/audit_ceiling.py): a bound near it is as tight as
+any attack could be; a bound far above it means the mechanism is worse than accounted.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import warnings
 import numpy as np
 
 from harness.scoring.audit import threshold_grid
+from harness.scoring.audit_ceiling import optimal_test_ceiling
 from harness.scoring.fdp import iid_audit, one_run_fdp_epsilon
 
 
@@ -82,9 +86,15 @@ def score_parts(art, truth, delta: float, a: float, analysis: str) -> tuple[dict
         out[f"{key}_score_sets"] = float(len(sets))
         art.notes.append(f"{key} audit: best score set '{best}' of {sorted(sets)}")
         out[f"{key}_trials_in"], out[f"{key}_trials_out"] = float(inc.sum()), float((~inc).sum())
-        acc = accountant_epsilon(getattr(truth, f"{key}_dp", None), delta)
+        rec = getattr(truth, f"{key}_dp", None)
+        acc = accountant_epsilon(rec, delta)
         if acc is not None:
             out[f"epsilon_accounted_{key}_run"] = acc
+        if rec is not None and rec.steps and rec.sample_rate > 0:
+            # the optimal test on the accountant's own mechanism, with these trial counts
+            out[f"epsilon_ceiling_{key}"] = optimal_test_ceiling(
+                int(inc.sum()), int((~inc).sum()), float(rec.noise_multiplier), float(rec.sample_rate),
+                int(rec.steps), delta, a)
         lower, perfect = max(lower, e), max(perfect, p)
     return out, lower, perfect
 
