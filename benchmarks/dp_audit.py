@@ -136,7 +136,7 @@ def shuffle_analysis(canaries: int) -> None:
         sigma = noise_for_epsilon(eps, 1e-5, 1 / k, epochs, "rdp")
         sh = optimal_test_ceiling(n, n, sigma, 1 / k, k * epochs, 1e-5, 0.0125, "shuffle", k)
         po = optimal_test_ceiling(n, n, sigma, 1 / k, k * epochs, 1e-5, 0.0125)
-        e1, fpr, _ = shuffle_max_test_epsilon(sigma, k, 1e-5)
+        e1, _, fpr, _ = shuffle_max_test_epsilon(sigma, k, 1e-5)
         print(f"| {eps:g} | {sigma:.3g} | {k} × {epochs} | {eps:g} | {sh:.2f} | {po:.2f} | "
               f"{e1:.2f} ({fpr:.1e}) |", flush=True)
 

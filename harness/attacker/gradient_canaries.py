@@ -148,7 +148,7 @@ def whitebox_runs(provider, m: int, runs: int, seed: int) -> tuple[list[dict], l
         rec = train(model, x, y, info.task, recipe.training, recipe.dp, int(secret.integers(1 << 30)),
                     bar=None, dp_tap=tap)
         out.append({"obs": tap.observations(), "q": tap.q, "sigma": tap.sigma_told,
-                    "per_epoch": tap.per_epoch})
+                    "per_epoch": tap.per_epoch, "poisson": tap.poisson})
         coins.append(inc)
     notes = [f"white-box audit: {runs} run(s) × {m} Dirac gradient canaries (coordinates of "
              f"{n_params} parameters), each in the run by a secret coin; {len(out[0]['obs'])} steps "

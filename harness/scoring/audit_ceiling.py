@@ -16,7 +16,7 @@ attack could have shown at most X":
 - `shuffle_max_test_epsilon`: for one epoch of k shuffled batches, the ε that the "max over the
   epoch's steps" test certifies exactly (Chua, Ghazi, Kamath, Kumar, Manurangsi, Sinha, Zhang,
   ICML 2024, Sec. 4: the lower bound on shuffled DP-SGD they compare with the Poisson accountant),
-  with the test's FPR/TPR at its best threshold — how rare the events carrying that ε are.
+  with the test's threshold and FPR/TPR at its best — how rare the events carrying that ε are.
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ def canary_scores_of(rng: np.random.Generator, n: int, sigma: float, q: float, s
         if member:
             y += rng.random((steps, n)) < q
         z = (y - 0.5) / sigma**2
+        if q >= 1:  # every step: the Gaussian mechanism composed
+            return z.sum(axis=0)
         return np.logaddexp(math.log1p(-q), math.log(q) + z).sum(axis=0)
     k = max(1, per_epoch)
     epochs = steps // k
@@ -85,8 +87,8 @@ def _simulate(rng, n, sigma, q, steps, member, sampling, per_epoch) -> np.ndarra
     return np.concatenate(out)
 
 
-def shuffle_max_test_epsilon(sigma: float, k: int, delta: float) -> tuple[float, float, float]:
-    """(ε, FPR, TPR) of the max test on one shuffled epoch of k batches: member iff
+def shuffle_max_test_epsilon(sigma: float, k: int, delta: float) -> tuple[float, float, float, float]:
+    """(ε, τ, FPR, TPR) of the max test on one shuffled epoch of k batches: member iff
     max_t y_t > τ, P₀ = N(0, σ²)^k, P₁ = the same with 1 added at a uniform step; best τ."""
     tau = np.linspace(0.0, 14.0, 28001) * sigma
     with np.errstate(divide="ignore"):
@@ -97,4 +99,4 @@ def shuffle_max_test_epsilon(sigma: float, k: int, delta: float) -> tuple[float,
     ok = tpr > delta
     eps = np.where(ok, np.log(np.where(ok, tpr - delta, 1.0)) - log_fpr, 0.0)
     i = int(np.argmax(eps))
-    return max(0.0, float(eps[i])), float(np.exp(log_fpr[i])), float(tpr[i])
+    return max(0.0, float(eps[i])), float(tau[i]), float(np.exp(log_fpr[i])), float(tpr[i])

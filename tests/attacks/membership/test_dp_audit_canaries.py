@@ -117,3 +117,29 @@ def test_blackbox_runs_show_the_target_without_noise_and_report_their_accountant
     assert m["runs"] == 33 and m["blackbox_trials_in"] + m["blackbox_trials_out"] == 32
     assert 0 < m["epsilon_lower_blackbox"] <= m["epsilon_perfect_blackbox"]
     assert m["epsilon_accounted_blackbox_run"] > 1e3  # σ = 0.001: no privacy to speak of
+
+
+def test_judge_separates_a_broken_sampler_from_a_measured_violation():
+    from harness.attacks.membership.dp_audit import DpAudit
+
+    m = {"epsilon_lower": 0.4, "epsilon_perfect": 5.5, "epsilon_lower_whitebox": 0.4,
+         "epsilon_perfect_whitebox": 5.5, "epsilon_accounted_whitebox_run": 2.0,
+         "epsilon_ceiling_whitebox": 0.6, "whitebox_poisson_sampling": 0.0}
+    risk, why = DpAudit().judge(m, None)
+    assert risk == "high" and why.startswith("DP claim unsupported: the recipe trains on shuffled")
+    assert "no violation measured" in why and "would show ε ≥ 0.6" in why
+    risk, why = DpAudit().judge({**m, "whitebox_poisson_sampling": 1.0}, None)
+    assert risk == "low" and "stands" in why
+    risk, why = DpAudit().judge({**m, "epsilon_lower_whitebox": 2.5, "epsilon_lower": 2.5}, None)
+    assert risk == "high" and why.startswith("DP claim violated")  # a measurement comes first
+
+
+@pytest.mark.slow
+def test_shuffled_batches_are_seen_by_the_whitebox_auditor(tmp_path):
+    dp = {"epsilon": 2.0, "delta": 1e-5, "max_grad_norm": 1.0}
+    with audit_fault("shuffle"):
+        bad = _run(tmp_path / "bad", dp)
+    m = bad["metrics"]
+    assert m["whitebox_poisson_sampling"] == 0.0 and bad["risk"] == "high"
+    assert bad["reason"].startswith("DP claim unsupported")
+    assert m["epsilon_ceiling_whitebox"] <= m["epsilon_perfect_whitebox"]
