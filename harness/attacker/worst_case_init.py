@@ -6,9 +6,11 @@ The starting point is the recipe's model trained to fit the base data without DP
 small, while the target — a held-out point with a wrong label, the one of a few candidates the
 crafted model fits worst (chosen without any coin) — keeps a large, consistent gradient, so its
 presence moves the final model as far as the clipped steps allow. Each run includes the target
-by a secret fair coin; its score is how far the final weights moved along the target's descent
-direction at the start, −(θ_T − θ₀)·g/‖g‖ (the final model only: their "final model" threat
-model, no intermediate step). Runs are independent trials, so the Clopper–Pearson analysis is exact.
+by a secret fair coin; its score is the final model's logit margin for the target's (wrong)
+label, φ = z_y − log Σ_{j≠y} e^{z_j} (the final model only: their "final model" threat model, no
+intermediate step; on the digits MLP at ε = 8 it separates the runs by 1.2–1.3 standard
+deviations where the displacement along the target's starting gradient, the earlier score, gave
+0.9–1.0). Runs are independent trials, so the Clopper–Pearson analysis is exact.
 They train stacked on one device (torch.func / ghost norms, as harness/attacker/
 stacked_training.py): Poisson sampling at the recipe's rate, per-example clipping, σ·C noise.
 """
@@ -19,6 +21,7 @@ import warnings
 
 import numpy as np
 import torch
+from torch.func import functional_call, vmap
 
 from harness.attacker.ghost_norms import ghost_clipped_sum, ghost_layers
 from harness.attacker.stacked_training import dp_noise_multiplier, dp_schedule, stackable
@@ -99,21 +102,15 @@ def blackbox_runs(provider, runs: int, seed: int) -> tuple[np.ndarray, list[str]
     present = torch.ones(runs, len(x), dtype=torch.bool, device=dev)
     present[:, -1] = torch.as_tensor(coins, device=dev)
     stage(f"black-box audit: {runs} DP-SGD runs stacked from the crafted start")
-    # the target's descent direction at the crafted start: its clipped steps move θ along −g
-    for p in model.parameters():
-        p.requires_grad_(True)
-    target_loss = torch.nn.functional.cross_entropy(model(x[-1:]), y[-1:])
-    g = torch.autograd.grad(target_loss, list(model.parameters()))
-    u = {m: gi / torch.sqrt(sum((h**2).sum() for h in g)) for (m, _), gi in zip(model.named_parameters(), g,
-                                                                                strict=True)}
-    for p in model.parameters():
-        p.requires_grad_(False)
     out = {"params": {}}
     scores = []
+    yt = int(y[-1])
     for i in range(0, runs, 64):  # chunks of 64 stacked models
         got = _runs_dp(model, theta0, x, y, present[i : i + 64], recipe, int(secret.integers(1 << 30)))
-        moved = sum(((got["params"][m] - theta0[m][None]) * u[m][None]).flatten(1).sum(1) for m in u)
-        scores.append(-moved)  # how far the final model went down the target's loss
+        with torch.no_grad():  # the final models' logits on the target
+            logits = vmap(lambda p: functional_call(model, p, (x[-1:],)))(got["params"])[:, 0]
+        others = torch.cat([logits[:, :yt], logits[:, yt + 1 :]], 1)
+        scores.append(logits[:, yt] - torch.logsumexp(others, 1))  # φ: the target label's margin
         out = got
     from opacus.accountants import create_accountant
 
@@ -126,6 +123,6 @@ def blackbox_runs(provider, runs: int, seed: int) -> tuple[np.ndarray, list[str]
                    recipe.dp.max_grad_norm)
     notes = [f"black-box audit: {runs} final models, DP-SGD (σ = {out['sigma']:.4g}, q = {out['q']:.4g}, "
              f"{out['steps']} steps) from the base data's non-private fit; target a held-out point "
-             "with a wrong label; score: the final model's displacement along the target's descent direction "
-             "at the start (final weights only)"]
+             "with a wrong label; score: the final model's logit margin for the target's label "
+             "(final weights only)"]
     return torch.cat(scores).double().cpu().numpy(), notes, coins, rec
