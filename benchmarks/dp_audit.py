@@ -1,15 +1,18 @@
 """DP audits on the digits MLP (docs/membership.md): ε ∈ {1, 2, 4, 8} × audit → the 95% lower
-bound (Clopper–Pearson: the one that decides), the Gaussian-curve estimate of the same guesses
-(`analysis: gdp`, the one-run canaries: Mahloujifar et al.'s f-DP), training runs, wall time; the
-three bug recipes (defenses/dp_sgd.py `audit_fault`, test/benchmark only); violations on correct
-recipes over seeds; and, with `--crosscheck`, the estimators against jax_privacy's auditing
-functions on the same counts (`pip install jax_privacy`: a bench extra, never a run-time need).
+bound (Clopper–Pearson: the one that decides), the optimal-test ceiling (what the best attack on
+the accountant's own mechanism shows with those trials), the Gaussian-curve estimate of the same
+guesses (`analysis: gdp`, the one-run canaries: Mahloujifar et al.'s f-DP), training runs, wall
+time; the three bug recipes (defenses/dp_sgd.py `audit_fault`, test/benchmark only) and the
+shuffle bug's analysis (the optimal test on shuffled vs Poisson batches, the max test's ε on one
+shuffled epoch); violations on correct recipes over seeds (`--audits` with no names: only
+those); and, with `--crosscheck`, the estimators against jax_privacy's auditing functions on the
+same counts (`pip install jax_privacy`: a bench extra, never a run-time need).
 
 Victim: digits MLP [64], 500 members / 500 non-members, SGD lr 0.5, 30 epochs, batch 64, DP-SGD
 to (ε, 10⁻⁵) with C = 1 (scenarios/dp-audit-digits.yaml's recipe with 64 hidden units).
 
     python benchmarks/dp_audit.py [--eps 1 2 4 8] [--audits threshold one_run wb1 wb2 bb]
-        [--blackbox-runs 256] [--canaries 2000] [--seeds 0 1 2 3 4] [--bugs] [--crosscheck]
+        [--blackbox-runs 256] [--canaries 5000] [--seeds 0 1 2 3 4] [--bugs] [--crosscheck]
 """
 
 from __future__ import annotations
