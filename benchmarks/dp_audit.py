@@ -151,6 +151,8 @@ def crosscheck() -> None:
     except ImportError:
         print("\ncrosscheck: jax_privacy not installed (pip install jax_privacy)")
         return
+    import numpy as np
+
     from harness.scoring.audit import one_run_epsilon
     from harness.scoring.fdp import one_run_fdp_epsilon
 
@@ -161,8 +163,16 @@ def crosscheck() -> None:
                 one_run_epsilon(m, r, v, 1e-5, alpha) - jp._epsilon_one_run(0, m, r, v, alpha, 1e-5)))
             worst["one_run_fdp"] = max(worst["one_run_fdp"], abs(
                 one_run_fdp_epsilon(m, r, v, 1e-5, alpha) - jp._epsilon_one_run_fdp(0, m, r, v, alpha, 1e-5)))
+    from harness.scoring.audit_ceiling import perfect_epsilon
+
+    worst["perfect"] = 0.0  # the zero-error bound from jax_privacy's Clopper–Pearson upper bound
+    for n_in, n_out, alpha, g in [(128, 128, 0.025, 64), (140, 116, 0.05, 1), (4810, 4810, 0.0125, 64)]:
+        p_in, p_out = (float(jp._clopper_pearson_upper(0, n, alpha / (2 * g))) for n in (n_in, n_out))
+        theirs = max(np.log((1 - 1e-5 - p_in) / p_out), np.log((1 - 1e-5 - p_out) / p_in))
+        worst["perfect"] = max(worst["perfect"], abs(perfect_epsilon(n_in, n_out, 1e-5, alpha, g) - theirs))
     print(f"\ncrosscheck vs jax_privacy {getattr(jp, '__name__', '')}: largest |Δε| over 10 count sets: "
-          f"Steinke one-run {worst['one_run']:.1e}, f-DP one-run {worst['one_run_fdp']:.1e}")
+          f"Steinke one-run {worst['one_run']:.1e}, f-DP one-run {worst['one_run_fdp']:.1e}; "
+          f"ε_perfect over 3 count sets {worst['perfect']:.1e}")
 
 
 if __name__ == "__main__":
