@@ -156,7 +156,8 @@ def test_non_private_model_claiming_eps_0_1_is_caught(tmp_path):
 @pytest.mark.parametrize("eps", [8.0])
 def test_dp_victim_epsilon_lower_never_exceeds_epsilon(tmp_path, eps):
     victim = {**DIGITS, "training": {**DIGITS["training"], "epochs": 10, "lr": 0.5}}
-    rep = _run(tmp_path, victim, [{"name": "dp_audit", "params": {"shadows": 4, "canaries": 200}}],
+    rep = _run(tmp_path, victim, [{"name": "dp_audit", "params": {"shadows": 4, "canaries": 200,
+                                                                   "gradient_canaries": 1000}}],
                defenses={"dp_sgd": {"epsilon": eps, "delta": 1e-5}})
     m = rep["attacks"][0]["metrics"]
     assert m["epsilon_lower"] <= eps and m["epsilon_accounted"] == pytest.approx(eps, rel=0.05)
