@@ -111,3 +111,39 @@ def test_stacked_training_records_where_it_ran_and_returns_on_the_recipes_device
     assert run.parts["reference_models"]["device"] == "cpu"  # no GPU here, or too little work
     devices.activate("cpu")
     assert torch.equal(train_stacked(recipe, x, y, idx, seed=3), flat)
+
+
+def test_an_lm_victim_is_placed_by_its_decoders_work():
+    """`arch: lm`: forward passes of the decoder (vocab × hidden × layers × prompts); the shipped
+    llm-logprobs LM stays on the CPU, a GPT-2-shaped decoder (vocab 8192, hidden 256, 6 layers) goes
+    to CUDA, and a small query budget (fewer prompts) keeps it on the CPU."""
+    from victims.models.lm import lm_work
+
+    p = devices.DevicePolicy("auto", FAKE)
+    shipped = scenario("llm-logprobs").victim.model
+    big = shipped.model_copy(update={"vocab": 8192, "hidden": [256], "layers": 6, "heads": 4})
+    flop, note = lm_work(shipped, None)
+    assert p.place("victim", flop, note).type == "cpu"
+    assert "arch: lm" in p.parts["victim"]["why"] and "faster on the CPU" in p.parts["victim"]["why"]
+    assert p.place("victim", *lm_work(big, None)) == FAKE
+    assert p.place("victim", *lm_work(big, 16)).type == "cpu"  # 16 queries: at most 16 prompts
+    assert lm_work(big, None)[0] > 10 * lm_work(shipped, None)[0]
+
+
+def test_an_lm_run_reports_where_its_decoder_ran(tmp_path):
+    from conftest import make_scenario
+
+    from harness.run.runner import run_scenario
+    from harness.scenario import scenario_from_dict
+
+    s = scenario_from_dict(make_scenario(
+        device="auto", victim={"model": {"arch": "lm", "vocab": 64, "hidden": 8, "heads": 2, "layers": 1,
+                                         "context": 8}},
+        interface={"output": "logprobs"}, attacks=[{"name": "logit_subspace"}]))
+    r = run_scenario(s, out=tmp_path / "out")
+    part = r["devices"]["parts"]["victim"]
+    # ~9e5 flop: the CPU under auto whether a GPU is present or not
+    assert part["device"] == "cpu" and ("no GPU" in part["why"] or "faster on the CPU" in part["why"])
+    assert "arch: lm" in part["why"] and part["times"] == 1
+    assert r["victim"]["device"] == part["device"]
+    assert r["attacks"][0]["status"] == "ok"
