@@ -147,3 +147,61 @@ def test_an_lm_run_reports_where_its_decoder_ran(tmp_path):
     assert "arch: lm" in part["why"] and part["times"] == 1
     assert r["victim"]["device"] == part["device"]
     assert r["attacks"][0]["status"] == "ok"
+
+
+def test_the_benchmarks_big_rows_go_to_cuda():
+    """benchmarks/gpu.py's default sizes (issue 34's targets) are placed on a GPU under `auto`: the
+    surrogate at 20,000 queries, reconn's φ, the Fashion-MNIST CNN victim and 64 of its reference
+    models; the same parts at a hundredth of the work stay on the CPU."""
+    from harness.attacks.extraction.surrogate import Surrogate, SurrogateParams
+    from harness.attacks.reconstruction.reconn import Reconn, ReconnParams
+    from harness.scenario import scenario_from_dict
+
+    p = devices.DevicePolicy("auto", FAKE)
+    devices._CURRENT[:] = [p]
+    info = type("Info", (), {"dim": 64, "n_outputs": 10})()
+    assert Surrogate._train_device(info, [128], SurrogateParams(), 20000, False) == FAKE
+    assert Surrogate._train_device(info, [128], SurrogateParams(), 200, False).type == "cpu"
+    assert Reconn._fit_device(1500, 760, 64, ReconnParams(hidden=1000, epochs=10, batch=64)) == FAKE
+    assert Reconn._fit_device(150, 760, 64, ReconnParams(hidden=100, epochs=10, batch=64)).type == "cpu"
+    s = scenario_from_dict({
+        "name": "cnn", "seed": 0, "device": "auto",
+        "victim": {"model": {"arch": "cnn", "channels": [16, 32], "hidden": [128]},
+                   "data": {"dataset": "digits", "n_train": 1000},  # 8×8 stands in for the shape test
+                   "training": {"optimizer": "sgd", "epochs": 2, "batch_size": 128}},
+        "attacks": [{"name": "mia_loss"}], "tracking": {"enabled": False}})
+    cnn = model_for(s.victim.model, (28, 28), 10)
+    one = devices.forward_flop(cnn, torch.zeros(1, 784))
+    assert p.place("victim", one * (3 * 2 * 10000 + 12000)) == FAKE  # 10,000 images, 2 epochs
+    assert p.place("victim", one * (3 * 2 * 100 + 120)).type == "cpu"
+    recipe = Recipe(s, "multiclass", (28, 28), 10, torch.device("cpu"), torch.float32)
+    assert training_device(recipe, torch.zeros(64, 1000, dtype=torch.long)) == FAKE
+    assert training_device(recipe, torch.zeros(2, 100, dtype=torch.long)).type == "cpu"
+
+
+class DecideOnly(devices.DevicePolicy):
+    """`auto` with a (fake) GPU: every choice is made and recorded as on a GPU machine, and the
+    work then runs on the CPU (nothing here can run on CUDA)."""
+
+    def place(self, part, flop, note="", step_flop=None):
+        super().place(part, flop, note, step_flop)
+        return torch.device("cpu")
+
+
+@pytest.mark.slow  # the whole quickstart (~20 s of CPU)
+def test_the_quickstart_stays_on_the_cpu_under_auto_with_a_gpu(tmp_path):
+    """Issue 34: the quickstart no slower on CUDA than on the CPU — under `auto` each of its parts
+    is small, so a GPU machine runs all of it on the CPU (GPU.md: 40.6 s on CUDA vs 29.9 s)."""
+    from harness.run.runner import run_scenario
+    from victims.build import build_victim
+
+    s = scenario("quickstart")
+    s.tracking.enabled = False
+    policy = DecideOnly("auto", FAKE)
+    devices._CURRENT[:] = [policy]
+    r = run_scenario(s, out=tmp_path / "q", victim=build_victim(s))
+    assert r["devices"]["cuda_available"] and r["devices"]["requested"] == "auto"
+    parts = r["devices"]["parts"]
+    assert {"victim", "surrogate"} <= set(parts), parts  # the parts the quickstart places
+    assert all(v["device"] == "cpu" for v in parts.values()), parts
+    assert not any(a["status"] == "error" for a in r["attacks"])
