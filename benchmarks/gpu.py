@@ -5,6 +5,7 @@ devices, measured in one run.
         [--refs 256] [--ref-epochs 10] [--surrogate-queries 20000] [--reconn-epochs 10]
         [--cnn-train 10000] [--cnn-epochs 2] [--cnn-refs 64] [--cnn-queries 5000]
         [--lm-vocab 8192] [--lm-hidden 256] [--lm-layers 6] [--lm-prompts 1024] [--quick]
+        [--surrogate-steps N]
 
 `attacks`: each attack runs against the same random float64 d → h → 1 ReLU network (span
 attacks: a binary tanh net for span_threshold) on the CPU and, when a CUDA device is present, on
@@ -19,8 +20,8 @@ it; the figure is the scored one (they must agree: every solver takes the same f
   scenarios/reconstruction-reconn-digits.yaml's size (1,500 shadows' 760 weights → 64 pixels,
   hidden 1000, batch 64) for `--reconn-epochs` epochs; figure: its final training loss.
 `cnn` (a CNN victim on Fashion-MNIST: channels 16, 32, hidden 128, minibatch SGD):
-- cnn_victim: the victim's training (`--cnn-train` images, `--cnn-epochs` epochs, batch 128) and its
-  answers to the 2,000 test images; figure: its test accuracy;
+- cnn_victim: the victim's training (`--cnn-train` images, `--cnn-epochs` epochs, batch 128; its
+  train_seconds: loading the dataset not counted); figure: its test accuracy;
 - cnn_reference_models: `--cnn-refs` CNNs of its recipe trained stacked on 1,000 images each
   (`--cnn-epochs` epochs); figure: the RMS of their parameters;
 - cnn_surrogate: the surrogate attack on the trained CNN at `--cnn-queries` queries (the attack only;
@@ -31,8 +32,12 @@ context 64; victims/models/lm.py):
   batches); figure: their mean logprob;
 - lm_logit_subspace: logit_subspace through top-20 logprobs + logit_bias (vLLM's defaults: ~V/19
   biased queries per prompt, answered in batches); figure: final_layer_rel_error.
-`--quick` sizes every row down (about a tenth of the work) so the CPU half fits the issue's 2
-minutes on 8 threads; the default sizes are the issue's targets (256 models, 20,000 queries).
+`--surrogate-steps N`: both surrogate rows' Adam steps per snapshot (the attack's default: 300).
+`--quick` sizes every row down so the CPU half fits the issue's 2 minutes on 8 threads (QUICK: 64
+reference models × 5 epochs, surrogates at 2,000 / 1,000 queries with 100 steps per snapshot,
+reconn 2 epochs, a 3,000-image CNN for 1 epoch and 4 reference CNNs, a 2-layer decoder of vocab
+2048 and width 128; an explicit size flag wins); the default sizes are the issue's targets (256
+models, a surrogate at 20,000 queries) and take far longer on a CPU.
 Each row runs under `device: cpu` and `device: cuda` (the policy's explicit modes: the row says
 what the GPU gives where `auto` would send the work; victims/devices.py). Without a GPU the CPU
 half is printed and the table says so.
@@ -68,7 +73,7 @@ ATTACKS = [("gradient_exact", "gradient", "logits", "regression", "output_error"
            ("surrogate", "gradient", "logits", "multiclass", "fidelity")]
 
 
-def scenario(attack, interface, output, task, d, h, device):
+def scenario(attack, interface, output, task, d, h, device, params=None):
     act = "tanh" if attack == "span_threshold" else "relu"
     return scenario_from_dict({
         "name": "gpu", "seed": 0, "device": device,
@@ -77,15 +82,16 @@ def scenario(attack, interface, output, task, d, h, device):
                             "n_train": 200, "n_test": 500, "attacker_pool": 100},
                    "training": {"dtype": "float64"}},
         "interface": {"kind": interface, "output": output},
-        "attacks": [{"name": attack}], "tracking": {"enabled": False}})
+        "attacks": [{"name": attack, "params": params or {}}], "tracking": {"enabled": False}})
 
 
-def measure(attack, interface, output, task, key, d, h, device):
-    s = scenario(attack, interface, output, task, d, h, device)
-    t0 = time.perf_counter()
+def measure(attack, interface, output, task, key, d, h, device, params=None):
+    s = scenario(attack, interface, output, task, d, h, device, params)
+    t0, c0 = time.perf_counter(), time.process_time()
     r = run_direct(s, OUT / f"{attack}-{device}")
     if device == "cuda":
         torch.cuda.synchronize()
+    PROC.append(time.process_time() - c0)
     return time.perf_counter() - t0, r.metrics.get(key, float("nan")), r.queries
 
 
@@ -95,10 +101,11 @@ def timed(fn, device):
     from victims import devices
 
     devices.activate(device)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     v = fn(device)
     if device == "cuda":
         torch.cuda.synchronize()
+    PROC.append(time.process_time() - c0)  # CPU seconds of all threads (a shared machine's wall lies)
     return (v[2] if len(v) > 2 else time.perf_counter() - t0), v[:2]
 
 
@@ -132,10 +139,17 @@ def surrogate(args, device):
         "attacker": {"pool": 400},
         "interface": {"kind": "prediction", "output": "probabilities"},
         "attacks": [{"name": "surrogate", "params": {"max_queries": args.surrogate_queries,
-                                                     "min_queries": args.surrogate_queries}}],
+                                                     "min_queries": args.surrogate_queries,
+                                                     **surrogate_steps(args)}}],
         "tracking": {"enabled": False}})
     r = run_direct(s, OUT / f"surrogate-{device}")
     return r.metrics.get("fidelity", float("nan")), r.queries
+
+
+def surrogate_steps(args) -> dict:
+    """The surrogate's Adam steps per snapshot and after the last (None: the attack's own 300)."""
+    return {} if args.surrogate_steps is None else {"steps": args.surrogate_steps,
+                                                    "final_steps": args.surrogate_steps}
 
 
 def reconn_training(args, device):
@@ -149,6 +163,7 @@ def reconn_training(args, device):
     return curve[-1][1], 1500
 
 
+PROC: list[float] = []  # CPU seconds (all threads) of the last timed row half
 _CNN: dict[str, object] = {}  # the cnn_victim row's trained victim per device (the other rows reuse it)
 
 
@@ -165,11 +180,12 @@ def cnn_scenario(args, device, attacks):
 
 
 def cnn_victim(args, device):
+    """(test accuracy, images, seconds of the training alone: not the dataset's loading)."""
     from victims.build import build_victim
 
     v = build_victim(cnn_scenario(args, device, [{"name": "mia_loss"}]))
     _CNN[device] = v
-    return v.utility["test_accuracy"], args.cnn_train
+    return v.utility["test_accuracy"], args.cnn_train, v.record["train_seconds"]
 
 
 def cnn_reference_models(args, device):
@@ -192,7 +208,7 @@ def cnn_surrogate(args, device):
     """(fidelity, queries, seconds of the attack alone): the victim is the cnn_victim row's."""
     v = _CNN.get(device) or (cnn_victim(args, device), _CNN[device])[1]
     s = cnn_scenario(args, device, [{"name": "surrogate", "params": {
-        "max_queries": args.cnn_queries, "min_queries": args.cnn_queries}}])
+        "max_queries": args.cnn_queries, "min_queries": args.cnn_queries, **surrogate_steps(args)}}])
     t0 = time.perf_counter()
     r = run_direct(s, OUT / f"cnn-surrogate-{device}", victim=v)
     if device == "cuda":
@@ -235,9 +251,9 @@ CNN = [("cnn_victim", cnn_victim, "test_accuracy"),
 LM = [("lm_forward", lm_forward, "mean_logprob"),
       ("lm_logit_subspace", lm_logit_subspace, "final_layer_rel_error")]
 ROWS = {"big": BIG, "cnn": CNN, "lm": LM}
-QUICK = {"refs": 64, "ref_epochs": 5, "surrogate_queries": 5000, "reconn_epochs": 2, "cnn_train": 3000,
-         "cnn_epochs": 1, "cnn_refs": 16, "cnn_queries": 2000, "lm_layers": 2, "lm_prompts": 256,
-         "lm_hidden": 128, "lm_vocab": 4096}
+QUICK = {"refs": 64, "ref_epochs": 5, "surrogate_queries": 2000, "surrogate_steps": 100, "reconn_epochs": 2,
+         "cnn_train": 3000, "cnn_epochs": 1, "cnn_refs": 4, "cnn_queries": 1000, "lm_layers": 2,
+         "lm_prompts": 256, "lm_hidden": 128, "lm_vocab": 2048}
 
 
 def main() -> None:
@@ -250,6 +266,7 @@ def main() -> None:
     ap.add_argument("--ref-epochs", type=int, default=10)
     ap.add_argument("--surrogate-queries", type=int, default=20000)
     ap.add_argument("--reconn-epochs", type=int, default=10)
+    ap.add_argument("--surrogate-steps", type=int, default=None)
     ap.add_argument("--cnn-train", type=int, default=10000)
     ap.add_argument("--cnn-epochs", type=int, default=2)
     ap.add_argument("--cnn-refs", type=int, default=64)
@@ -273,28 +290,33 @@ def main() -> None:
     print(f"# CPU ({torch.get_num_threads()} threads) vs CUDA, d = {args.dim}, h = {args.hidden} "
           f"({torch.cuda.get_device_name(0) if gpu else 'no GPU at hand: CPU half only'})")
     print(f"{'attack':26s} {'queries':>9s} {'cpu_s':>8s} {'cuda_s':>8s} {'speed-up':>9s} "
-          f"{'figure':>24s} {'cpu':>10s} {'cuda':>10s}")
+          f"{'figure':>24s} {'cpu':>10s} {'cuda':>10s} {'cpu_proc_s':>10s}")
     t_all, cpu_total = time.perf_counter(), 0.0
     for group, rows in ROWS.items():
         for name, fn, key in rows if args.only in (None, group) else []:
             cpu_s, (cpu_v, n) = timed(partial(fn, args), "cpu")
-            cpu_total += cpu_s
+            cpu_total, proc = cpu_total + cpu_s, PROC[-1]
             if gpu:
                 cuda_s, (cuda_v, _) = timed(partial(fn, args), "cuda")
                 extra = f"{cuda_s:8.2f} {cpu_s / cuda_s:9.2f} {key:>24s} {cpu_v:10.4g} {cuda_v:10.4g}"
             else:
                 extra = f"{'-':>8s} {'-':>9s} {key:>24s} {cpu_v:10.4g} {'-':>10s}"
-            print(f"{name:26s} {n:9d} {cpu_s:8.2f} {extra}", flush=True)
+            print(f"{name:26s} {n:9d} {cpu_s:8.2f} {extra} {proc:10.1f}", flush=True)
     for attack, iface, out, task, key in ATTACKS if args.only in (None, "attacks") else []:
-        cpu_s, cpu_v, q = measure(attack, iface, out, task, key, args.dim, args.hidden, "cpu")
-        cpu_total += cpu_s
+        # --quick: the surrogate row at --surrogate-queries (not until its curve is flat)
+        extra_p = {**surrogate_steps(args), "max_queries": args.surrogate_queries} \
+            if attack == "surrogate" and args.quick else {}
+        cpu_s, cpu_v, q = measure(attack, iface, out, task, key, args.dim, args.hidden, "cpu", extra_p)
+        cpu_total, proc = cpu_total + cpu_s, PROC[-1]
         if gpu:
-            cuda_s, cuda_v, _ = measure(attack, iface, out, task, key, args.dim, args.hidden, "cuda")
+            cuda_s, cuda_v, _ = measure(attack, iface, out, task, key, args.dim, args.hidden, "cuda",
+                                        extra_p)
             extra = f"{cuda_s:8.2f} {cpu_s / cuda_s:9.2f} {key:>24s} {cpu_v:10.3g} {cuda_v:10.3g}"
         else:
             extra = f"{'-':>8s} {'-':>9s} {key:>24s} {cpu_v:10.3g} {'-':>10s}"
-        print(f"{attack:26s} {q:9d} {cpu_s:8.2f} {extra}", flush=True)
-    print(f"# total {time.perf_counter() - t_all:.1f} s (CPU half {cpu_total:.1f} s)")
+        print(f"{attack:26s} {q:9d} {cpu_s:8.2f} {extra} {proc:10.1f}", flush=True)
+    print(f"# total {time.perf_counter() - t_all:.1f} s (CPU half {cpu_total:.1f} s, "
+          f"{sum(PROC[::2] if gpu else PROC):.1f} CPU seconds of its threads)")
 
 
 if __name__ == "__main__":
