@@ -15,7 +15,8 @@ it; the figure is the scored one (they must agree: every solver takes the same f
   recipe: minibatch SGD, 500 points each) trained stacked (harness/attacker/stacked_training.py)
   for `--ref-epochs` epochs; figure: the RMS of their parameters (equal on both devices to ~1e-6);
 - surrogate: the surrogate attack on a digits MLP victim (hidden 128) at `--surrogate-queries`
-  queries (min_queries the same: the whole curve); figure: its scored fidelity;
+  queries (min_queries the same: the whole curve; the attack alone, not the victim's training);
+  figure: its scored fidelity;
 - reconn_training: reconn's reconstructor (harness/attacks/reconstruction/reconn.py `_fit`) at
   scenarios/reconstruction-reconn-digits.yaml's size (1,500 shadows' 760 weights → 64 pixels,
   hidden 1000, batch 64) for `--reconn-epochs` epochs; figure: its final training loss.
@@ -34,10 +35,11 @@ context 64; victims/models/lm.py):
   biased queries per prompt, answered in batches); figure: final_layer_rel_error.
 `--surrogate-steps N`: both surrogate rows' Adam steps per snapshot (the attack's default: 300).
 `--quick` sizes every row down so the CPU half fits the issue's 2 minutes on 8 threads (QUICK: 64
-reference models × 5 epochs, surrogates at 2,000 / 1,000 queries with 100 steps per snapshot,
-reconn 2 epochs, a 3,000-image CNN for 1 epoch and 4 reference CNNs, a 2-layer decoder of vocab
-2048 and width 128; an explicit size flag wins); the default sizes are the issue's targets (256
-models, a surrogate at 20,000 queries) and take far longer on a CPU.
+reference models × 5 epochs, surrogates at 1,000 queries (300 on the CNN) with 50 steps per
+snapshot, reconn 2 epochs, a 3,000-image CNN for 1 epoch and 4 reference CNNs, a 2-layer decoder
+of vocab 2048 and width 128, attack rows at d = 64, h = 16; an explicit flag wins); the default
+sizes are the issue's targets (256 models, a surrogate at 20,000 queries) and take far longer on
+a CPU (the surrogate's snapshots dominate: 300 Adam steps at each of ~20 sizes).
 Each row runs under `device: cpu` and `device: cuda` (the policy's explicit modes: the row says
 what the GPU gives where `auto` would send the work; victims/devices.py). Without a GPU the CPU
 half is printed and the table says so.
@@ -142,8 +144,14 @@ def surrogate(args, device):
                                                      "min_queries": args.surrogate_queries,
                                                      **surrogate_steps(args)}}],
         "tracking": {"enabled": False}})
-    r = run_direct(s, OUT / f"surrogate-{device}")
-    return r.metrics.get("fidelity", float("nan")), r.queries
+    from victims.build import build_victim
+
+    v = build_victim(s)  # the victim's training is not the row's work
+    t0 = time.perf_counter()
+    r = run_direct(s, OUT / f"surrogate-{device}", victim=v)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return r.metrics.get("fidelity", float("nan")), r.queries, time.perf_counter() - t0
 
 
 def surrogate_steps(args) -> dict:
@@ -251,9 +259,9 @@ CNN = [("cnn_victim", cnn_victim, "test_accuracy"),
 LM = [("lm_forward", lm_forward, "mean_logprob"),
       ("lm_logit_subspace", lm_logit_subspace, "final_layer_rel_error")]
 ROWS = {"big": BIG, "cnn": CNN, "lm": LM}
-QUICK = {"refs": 64, "ref_epochs": 5, "surrogate_queries": 2000, "surrogate_steps": 100, "reconn_epochs": 2,
-         "cnn_train": 3000, "cnn_epochs": 1, "cnn_refs": 4, "cnn_queries": 1000, "lm_layers": 2,
-         "lm_prompts": 256, "lm_hidden": 128, "lm_vocab": 2048}
+QUICK = {"refs": 64, "ref_epochs": 5, "surrogate_queries": 1000, "surrogate_steps": 50, "reconn_epochs": 2,
+         "cnn_train": 3000, "cnn_epochs": 1, "cnn_refs": 4, "cnn_queries": 300, "lm_layers": 2,
+         "lm_prompts": 256, "lm_hidden": 128, "lm_vocab": 2048, "dim": 64, "hidden": 16}
 
 
 def main() -> None:
