@@ -190,12 +190,14 @@ class DecideOnly(devices.DevicePolicy):
 
 @pytest.mark.slow  # the whole quickstart (~20 s of CPU)
 def test_the_quickstart_under_auto_with_a_gpu_keeps_its_small_parts_on_the_cpu(tmp_path):
-    """Issue 34: the quickstart no slower on CUDA than on the CPU — under `auto` its small parts
-    (the victim and its answers, kkt's and reconn's shadows, reconn's φ, the reference models)
-    stay on the CPU (GPU.md: with everything on CUDA the quickstart took 40.6 s vs 29.9 s). Its
-    surrogate is not small: up to 10,000 points with the joint loss (a double backward) at
-    batches of up to 4,096, ~3e12 flop and ~5e8 per step, work a GPU runs far faster per step,
-    and the policy sends it there."""
+    """Issue 34: the quickstart no slower on CUDA than on the CPU. Under `auto` its small parts —
+    the victim and its answers, the reference models (16 of ~650 points), the smaller shadow
+    batches (10 models), reconn's φ — stay on the CPU (GPU.md: with everything on CUDA the
+    quickstart took 40.6 s vs 29.9 s). Two parts are big by the policy's estimate and go to the
+    GPU: 128 stacked shadow models (GPU.md measured stacked shadows 3.6× faster there) and the
+    surrogate (up to 10,000 points with the joint loss, a double backward, at batches of up to
+    4,096: ~3e12 flop, ~5e8 per step). Whether that makes the whole run faster is for a GPU run of
+    benchmarks/gpu_recipe.sh to measure."""
     from harness.run.runner import run_scenario
     from victims.build import build_victim
 
@@ -207,8 +209,7 @@ def test_the_quickstart_under_auto_with_a_gpu_keeps_its_small_parts_on_the_cpu(t
     assert r["devices"]["cuda_available"] and r["devices"]["requested"] == "auto"
     parts = r["devices"]["parts"]
     where = {k: v["device"] for k, v in parts.items()}
-    assert {"victim", "surrogate", "reconstructor"} <= set(where), parts
-    assert where.pop("surrogate") == "cuda", parts
-    assert set(where.values()) == {"cpu"}, parts
-    assert "pays on the GPU" in parts["surrogate"]["why"]
+    assert where == {"victim": "cpu", "reference_models": "cpu", "shadows": "cpu and cuda",
+                     "reconstructor": "cpu", "surrogate": "cuda"}, where
+    assert "launch-bound" in parts["victim"]["why"] and "128 models" in parts["shadows"]["why"]
     assert not any(a["status"] == "error" for a in r["attacks"])
