@@ -11,17 +11,7 @@ import torch
 from torch import nn
 
 from victims.data.datasets import Dataset
-from victims.errors import BadInput
 from victims.models.training import TrainRecord
-
-
-def resolve_device(name: str) -> torch.device:
-    """`auto` → CUDA when present, else CPU; `cuda` without a GPU is bad input."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise BadInput("device: cuda requested but no CUDA device is available (use auto or cpu)")
-    return torch.device(name)
 
 
 @dataclass

@@ -98,11 +98,12 @@ def build_openai_victim(s: Any, truth_cls: Any, token: str | None, headers: dict
     """The Victim behind an openai endpoint: the start-up check (one prompt), the public facts
     (vocabulary size, top_logprobs, logit_bias as documented) and a black-box truth (`truth_cls`,
     victims/http/endpoint.py's BlackBoxTruth; the token and headers read there)."""
+    from victims import devices
     from victims.http.protocol import display_url
-    from victims.victim import PublicInfo, Victim, resolve_device
+    from victims.victim import PublicInfo, Victim
 
     ep, iface = s.victim.endpoint, s.interface
-    device = resolve_device(s.device)
+    device = devices.current(s.device).place("victim", 0.0, "an LLM endpoint: answers arrive over HTTP")
     vocab = read_vocab(ep.vocab)
     size = ep.vocab_size or (len(vocab) if vocab else None)
     if size is None:

@@ -20,6 +20,11 @@ from torch.nn import functional as F
 from victims.models.lm_api import LogprobAnswer, answer
 
 CACHE_MB = 256  # logits of distinct prompts kept between queries
+# the decoder's work a run is expected to ask, for the device policy (victims/devices.py): distinct
+# prompts (logit_subspace's own cap; fewer when the query budget is smaller) of up to this many
+# tokens (its random prompts have 8; a cached prompt runs the model once however often it is asked)
+PROMPTS_EXPECTED = 1024
+TOKENS_EXPECTED = 16
 
 
 class Block(nn.Module):
@@ -82,6 +87,23 @@ class TinyLM(nn.Module):
         return self.head.weight.detach().double().cpu()
 
 
+def prompt_flop(vocab: int, hidden: int, layers: int, tokens: int) -> float:
+    """Estimated flop of one prompt's forward pass: per layer and token the four h×h attention
+    projections and the 4×-wide MLP (12·h² multiply-adds), attention scores and mixing (2·T·h),
+    then the final projection of the last token (V·h); embeddings are look-ups."""
+    return 2.0 * (layers * tokens * (12 * hidden * hidden + 2 * tokens * hidden) + vocab * hidden)
+
+
+def lm_work(spec: Any, budget: int | None) -> tuple[float, str]:
+    """(flop, note): the decoder's expected work in a run (`PROMPTS_EXPECTED` prompts, fewer under a
+    smaller query budget, of `TOKENS_EXPECTED` tokens at most), for the device policy."""
+    prompts = min(PROMPTS_EXPECTED, budget) if budget else PROMPTS_EXPECTED
+    tokens = min(spec.context, TOKENS_EXPECTED)
+    flop = prompt_flop(spec.vocab, spec.hidden[0], spec.layers, tokens) * prompts
+    return flop, (f"arch: lm, forward passes of ~{prompts} prompts of ≤{tokens} tokens "
+                  f"(vocab {spec.vocab}, hidden {spec.hidden[0]}, {spec.layers} layers)")
+
+
 def build_lm(spec: Any, seed: int) -> TinyLM:
     torch.manual_seed(seed)
     return TinyLM(spec.vocab, spec.hidden[0], spec.layers, spec.heads, spec.context)
@@ -138,13 +160,16 @@ class LMBackend:
 
 
 def build_lm_victim(s: Any):
-    """The scenario's `arch: lm` victim: built from the seed, random-initialised, on its device."""
+    """The scenario's `arch: lm` victim: built from the seed, random-initialised, on the device the
+    run's policy gives its forward passes (victims/devices.py; recorded for the report)."""
+    from victims import devices
     from victims.models.training import TrainRecord
-    from victims.victim import PublicInfo, Truth, Victim, resolve_device
+    from victims.victim import PublicInfo, Truth, Victim
 
-    device = resolve_device(s.device)
     dtype = torch.float64 if s.victim.training.dtype == "float64" else torch.float32
     spec = s.victim.model
+    flop, note = lm_work(spec, s.defenses.query_budget)
+    device = devices.current(s.device).place("victim", flop, note)
     model = build_lm(spec, s.seed).to(device, dtype).eval()
     for p in model.parameters():
         p.requires_grad_(False)

@@ -229,14 +229,20 @@ class Reconn(Attack):
         return art
 
     @staticmethod
+    def _fit_device(n: int, features: int, d: int, params: ReconnParams):
+        """Where φ trains on n feature vectors (the run's device policy: harness/attacker/compute.py)."""
+        h = params.hidden
+        fwd = 2.0 * (features * h + h * h + h * d)
+        return place_work("reconstructor", 3 * fwd * n * params.epochs,
+                          f"{n} feature vectors, {params.epochs} epochs",
+                          3 * fwd * min(max(1, params.batch), n))
+
+    @staticmethod
     def _fit(f, x, lo, hi, params: ReconnParams, gen):
         """The reconstructor φ: features → inputs, trained with MAE + MSE (RMSProp)."""
         d, h, home = x.shape[1], params.hidden, f.device
         torch.manual_seed(int(torch.randint(1 << 30, (1,), generator=gen)))
-        fwd = 2.0 * (f.shape[1] * h + h * h + h * d)  # the run's device policy: harness/attacker/compute.py
-        dev = place_work("reconstructor", 3 * fwd * len(f) * params.epochs,
-                                      f"{len(f)} feature vectors, {params.epochs} epochs",
-                                      3 * fwd * min(max(1, params.batch), len(f)))
+        dev = Reconn._fit_device(len(f), f.shape[1], d, params)
         f, x = f.to(dev), x.to(dev)
         body = nn.Sequential(nn.Linear(f.shape[1], h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(),
                              nn.Linear(h, d), nn.Sigmoid()).to(dev)

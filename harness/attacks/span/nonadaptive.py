@@ -21,7 +21,8 @@ is read above their noise instead of "the whole input space"). When the gap at `
 unclear but a clear gap (≥ `min_gap`) lies higher up, the rank is read there; when no gap is
 clear anywhere the attack ends with `stopped_by: precision` and the subspace it has (scored as
 usual). Randomized explanations (explanation noise, SmoothGrad) get the same treatment: their
-noise per entry is measured on 8 points asked twice, values below 1.5·σ·(√rows + √d) do not
+noise per entry is measured on 8 points asked twice (under a budget below 64, a quarter of it:
+at least one point, a coarse estimate the notes call so), values below 1.5·σ·(√rows + √d) do not
 count, and the rank is read at the spectrum's dominant gap above that floor (not at a fixed
 `min_gap`). The subspace so far is kept (`ctx.keep`) after every round.
 
@@ -55,6 +56,8 @@ from harness.attacks.span.fd_spectrum import (
 )
 from harness.core.errors import AssumptionViolated, PrecisionLimit
 from harness.core.gradients import cost_per_point, estimate_noise, fd_step, gradient_rows
+
+NOISE_PAIRS = 8  # points asked twice to measure randomized explanations' noise (16 queries)
 
 
 class SpanParams(Params):
@@ -166,13 +169,19 @@ class SpanNonAdaptive(Attack):
                                  metrics={"recovered_rank": 0.0}, progress="no gradient read")
                 raise PrecisionLimit(f"{noise.describe()}: finite differences would need a step "
                                      f"of {step:.2g}, too coarse to read gradients", artifact=empty)
-        sigma_x = 0.0 if fd else self._explain_noise(oracle, ctx)
+        sigma_x, pairs = (0.0, 0) if fd else self._explain_noise(oracle, ctx)
         if sigma_x is None:
-            raise AssumptionViolated("the budget allows no check of the explanations' noise (16 "
-                                     "queries)", stopped_by="budget")
+            raise AssumptionViolated("the budget allows no check of the explanations' noise (one "
+                                     "point asked twice: 2 queries)", stopped_by="budget")
+        coarse = f"; coarse: {pairs} of the usual {NOISE_PAIRS} under this budget" \
+            if 0 < pairs < NOISE_PAIRS else ""
         if sigma_x > 0:
-            notes.append(f"randomized explanations: noise {sigma_x:.3g} per entry (measured on 8 "
-                         "points asked twice); the rank is read at the spectrum's gap above its floor")
+            notes.append(f"randomized explanations: noise {sigma_x:.3g} per entry (measured on {pairs} "
+                         f"point(s) asked twice{coarse}); the rank is read at the spectrum's gap above "
+                         "its floor")
+        elif coarse:
+            notes.append(f"explanations taken as deterministic: {pairs} point(s) asked twice gave the "
+                         f"same answers{coarse}")
         rows = torch.zeros(0, d, dtype=torch.float64, device=oracle.device)
         ranks: list[int] = []
         seen: list[int] = []
@@ -307,17 +316,22 @@ class SpanNonAdaptive(Attack):
         return max(params.max_heldout_residual, 3 * noise)
 
     @staticmethod
-    def _explain_noise(oracle, ctx) -> float | None:
-        """The explanations' noise per entry (std), measured by asking 8 points twice (16
-        queries): 0 for deterministic gradients, whose full rank is the first layer's; randomized
-        ones (explanation noise, SmoothGrad) could fill the space with noise, and their measured
-        floor says where it starts. None when the budget cannot pay for the check."""
-        if oracle.affordable(16) < 16:
-            return None
-        x = torch.randn(8, oracle.info.dim, generator=ctx.gen, dtype=torch.float64).to(oracle.device)
-        g = oracle.explain(torch.cat([x, x])).reshape(2, 8, -1)
+    def _explain_noise(oracle, ctx) -> tuple[float | None, int]:
+        """(noise per entry (std), points asked): the explanations' noise, measured by asking
+        `NOISE_PAIRS` points twice (16 queries; under a budget below 64, a quarter of it, at least
+        one point: a coarser estimate): 0 for deterministic gradients, whose full rank is the first
+        layer's; randomized ones (explanation noise, SmoothGrad) could fill the space with noise,
+        and their measured floor says where it starts. (None, 0) when the budget cannot pay for
+        one point asked twice."""
+        pairs = min(NOISE_PAIRS, oracle.affordable(8 * NOISE_PAIRS) // 8)
+        if pairs < 1:
+            pairs = 1 if oracle.affordable(2) == 2 else 0
+        if pairs == 0:
+            return None, 0
+        x = torch.randn(pairs, oracle.info.dim, generator=ctx.gen, dtype=torch.float64).to(oracle.device)
+        g = oracle.explain(torch.cat([x, x])).reshape(2, pairs, -1)
         diff = (g[0] - g[1]).double()
-        return 0.0 if bool((diff == 0).all()) else float(diff.pow(2).mean().sqrt()) / 2**0.5
+        return (0.0 if bool((diff == 0).all()) else float(diff.pow(2).mean().sqrt()) / 2**0.5), pairs
 
     @staticmethod
     def _full_rank_shown(s: torch.Tensor, room: int, floor: float) -> bool:

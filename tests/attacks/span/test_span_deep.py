@@ -179,3 +179,26 @@ def test_deep_bottleneck_scenario_leaks_the_whole_span(tmp_path):
     m = a["metrics"]
     assert m["recovered_rank"] == m["true_rank"] == 80
     assert m["min_energy_in_span"] > 1 - 1e-9 and a["risk"] == "high" and a["stopped_by"] is None
+
+
+@pytest.mark.parametrize("sigma", [None, 0.01])
+def test_a_budget_of_8_still_scores_a_span(tmp_path, sigma):
+    """A budget below the usual noise check (8 points asked twice): one point asked twice (2
+    queries) is the check, called coarse in the notes, and the other 6 buy gradient rows whose span
+    lies inside the true first layer's (sweep-digits' budget-8 cell scores a span again). With
+    explanation noise the coarse check still sees it, and no rank is claimed beyond the truth."""
+    from harness.scenario import scenario_from_dict
+
+    victim = gaussian_victim([6], dim=24, init_std=0.6)
+    victim["data"]["task"] = "multiclass"
+    s = scenario_from_dict(make_scenario(
+        victim=victim, interface={"kind": "gradient", "output": "logits"},
+        defenses={"query_budget": 8, **({"explanation_noise": {"sigma": sigma}} if sigma else {})},
+        attacks=[{"name": "span_nonadaptive"}]))
+    r = run_direct(s, tmp_path)
+    m, notes = r.metrics, " ".join(r.artifact.notes)
+    assert r.queries == 8 and "coarse: 1 of the usual 8" in notes, (r.queries, notes)
+    assert 0 < m["recovered_rank"] <= m["true_rank"] == 6, m
+    assert m["min_energy_in_span"] > (1 - 1e-9 if sigma is None else 0.99), m
+    assert ("randomized explanations: noise" in notes) == (sigma is not None), notes
+    assert r.risk != "high" or m["recovered_rank"] == 6

@@ -181,10 +181,8 @@ def test_compare_recommends_the_most_useful_passing_cell(swept):
     assert cmp["recommended"]["settings"] == expected
     assert "recommended: epsilon=none, query_budget=8" in out.stdout
     assert "| * epsilon=none, query_budget=8 |" in (tmp / "c.md").read_text()
-    # a cell whose budget cannot pay span_nonadaptive's noise check (16 queries) has nothing to score
-    spans = [c["attacks"]["span_nonadaptive"] for c in cmp["cells"]]
-    assert len(cmp["cells"]) == 4 and all(a["metric"] or a["queries"] == 0 for a in spans)
-    assert sum(1 for a in spans if a["metric"]) >= 2
+    # every cell scores a span: under a budget of 8 the noise check asks one point twice (coarse)
+    assert len(cmp["cells"]) == 4 and all(c["attacks"]["span_nonadaptive"]["metric"] for c in cmp["cells"])
     # logged back to MLflow: the comparison and its plots, referenced from the sweep run
     names = {a.path for a in client.list_artifacts(sweep_id, "compare")}
     assert {"compare/compare.json", "compare/compare.md", "compare/plots"} <= names

@@ -13,6 +13,7 @@ from harness.run.runner import Planned, run_attack
 from harness.scenario import scenario_from_dict
 from harness.scoring.logits import centred_truth, rank
 from reports.tracking import Tracker
+from victims import devices
 from victims.build import build_victim
 from victims.http.server import VictimServer
 from victims.http.server_openai import build_lm_served
@@ -70,9 +71,14 @@ def test_scan_of_the_served_lm_recovers_its_width(iface, tmp_path):
     srv, victim = served(iface)
     try:
         s = scenario_from_dict(make_scenario(
-            device="cpu", interface={"output": "logprobs", **iface},
+            device="auto", interface={"output": "logprobs", **iface},
             victim={"endpoint": {"url": srv.url, "protocol": "openai", "model": "tiny", "vocab_size": 128}}))
+        policy = devices.activate("auto")
+        policy.cuda = torch.device("cuda")  # a GPU `auto` could use (fake: the choice only)
         v = build_victim(s)
+        # the endpoint's answers arrive over HTTP: its part stays on the CPU, recorded for the report
+        assert v.info.device.type == "cpu" and policy.parts["victim"]["device"] == "cpu"
+        assert "LLM endpoint" in policy.parts["victim"]["why"]
         oracle = Oracle(v.backend, v.info, OutputDefenses(), None)
         cls = registry()["logit_subspace"]
         e = run_attack(Planned(cls(), cls.Params()), oracle, v, s, tmp_path, Tracker(None, "x", False), None)
@@ -81,6 +87,7 @@ def test_scan_of_the_served_lm_recovers_its_width(iface, tmp_path):
         assert e["metrics"]["hidden_dim"] == truth == 8
         assert e["metrics"]["subspace_residual"] < 1e-3 and e["risk"] == "high"  # fresh prompts, black box
     finally:
+        devices._CURRENT.clear()
         srv.close()
 
 
