@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from victims import devices
 from victims.models.lm_api import LogprobAnswer, answer
 
 CACHE_MB = 256  # logits of distinct prompts kept between queries
@@ -128,11 +129,17 @@ class LMBackend:
         keys = [bytes(r.cpu().numpy().astype("int64").tobytes()) for r in uniq]
         todo = [i for i, k in enumerate(keys) if k not in self._cache]
         if todo:
-            per = max(1, 2**22 // max(self.model.vocab, self.model.hidden * uniq.shape[1]))
+            # blocks of exactly `rows` prompts (the last padded with token 0, its rows dropped), as
+            # a deployed victim answers (victims/devices.py): a prompt's logits are the same bits
+            # whatever else was asked with it
+            rows = devices.answer_rows(self.device)
             with torch.no_grad():
-                for s in range(0, len(todo), per):
-                    idx = todo[s:s + per]
-                    z = self.model(uniq[idx])  # the model's own precision, as a server answers
+                for s in range(0, len(todo), rows):
+                    idx = todo[s:s + rows]
+                    block = uniq[idx]
+                    if len(idx) < rows:
+                        block = torch.cat([block, block.new_zeros((rows - len(idx), block.shape[1]))])
+                    z = self.model(block)[:len(idx)]  # the model's own precision, as a server answers
                     for j, row in zip(idx, z, strict=True):
                         if len(self._cache) >= self._cache_cap:
                             self._cache.pop(next(iter(self._cache)))
@@ -162,7 +169,6 @@ class LMBackend:
 def build_lm_victim(s: Any):
     """The scenario's `arch: lm` victim: built from the seed, random-initialised, on the device the
     run's policy gives its forward passes (victims/devices.py; recorded for the report)."""
-    from victims import devices
     from victims.models.training import TrainRecord
     from victims.victim import PublicInfo, Truth, Victim
 

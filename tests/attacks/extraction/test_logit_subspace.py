@@ -122,3 +122,21 @@ def test_lm_keys_are_checked(bad, key):
     with pytest.raises((ScenarioError, ValueError)) as exc:
         scenario_from_dict(make_scenario(**bad))
     assert key in str(exc.value)
+
+
+def test_a_prompts_logits_are_the_same_bits_whatever_else_is_asked_with_it():
+    """The LM victim answers in fixed blocks of prompts (victims/devices.py), as a deployed victim
+    does: a prompt asked alone and asked among others gets bit-identical logits (a float32 matmul's
+    kernel, and so its rounding, depends on the batch's shape)."""
+    s = scenario_from_dict(make_scenario(
+        device="cpu", victim={"model": {"arch": "lm", "vocab": V, "hidden": 64, "heads": 2,
+                                        "layers": 1, "context": 16}},
+        interface={"output": "logprobs"}))
+    gen = torch.Generator().manual_seed(0)
+    prompts = torch.randint(0, V, (45, 8), generator=gen)
+    alone = [build_victim(s).backend.next_logits(prompts[i:i + 1])[0][0] for i in (0, 7, 44)]
+    zu, inv = build_victim(s).backend.next_logits(prompts)
+    together = zu[inv]
+    assert together.dtype == torch.float32
+    for row, i in zip(alone, (0, 7, 44), strict=True):
+        assert torch.equal(row, together[i])
