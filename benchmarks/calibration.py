@@ -13,7 +13,7 @@ output defenses and budget — the API, not leakmeter's attacks):
   scikit-learn's MLPClassifier on the answers' labels (MLPRegressor for regression), and a small
   PyTorch MLP on the whole answers (KL to the returned probabilities); the better one's agreement
   with the victim and Cohen's κ on the victim's test split (the split leakmeter's scorer uses).
-  A model leak: agreement ≥ 0.95 with κ ≥ 0.9.
+  A model leak: agreement ≥ 0.95 with κ ≥ 0.9. Only where leakmeter ran an extraction attack.
 - membership: a loss-threshold test (Yeom et al.) on up to 500 members and as many non-members,
   the loss from the API's answers (correctness for a label API; the released model's logits for
   a white-box release). Identifiable members: at the threshold with FPR ≤ 1%, the 95%
@@ -354,10 +354,12 @@ def evaluate(dep: Deployment, workdir: Path) -> dict[str, Any]:
     rep = run_scenario(s, out=workdir / dep.name, victim=victim)
     wall = time.perf_counter() - t0
     sur = next((a for a in rep["attacks"] if a["name"] == "surrogate" and a["status"] != "skipped"), None)
-    ind: dict[str, float] = thief(s, victim, min(int(sur["queries_sent"]), MAX_THIEF) if sur else None)
+    ran = {a["family"] for a in rep["attacks"] if a["status"] != "skipped"}
+    ind: dict[str, float] = {}
+    if "extraction" in ran:  # elsewhere a thief's verdict would not count (CHECK_FAMILY below)
+        ind.update(thief(s, victim, min(int(sur["queries_sent"]), MAX_THIEF) if sur else None))
     for check in (membership, span):
         ind.update(check(s, victim))
-    ran = {a["family"] for a in rep["attacks"] if a["status"] != "skipped"}
     leaks = [k for k, fam in CHECK_FAMILY.items() if ind.get(k) and fam in ran]
     failing = [a for a in rep["attacks"] if a.get("risk") == "high"]
     fams = {a["family"] for a in failing}
@@ -399,7 +401,7 @@ def table(rows: list[dict[str, Any]]) -> None:
           f"{'span r/k':9s} {'independent':22s} {'call':10s}")
     for r in rows:
         th = (f"{r['thief_agreement']:.3f}/{r['thief_kappa']:.2f} ({int(r['thief_queries'])})"
-              if "thief_agreement" in r else f"R² {r.get('thief_r2', float('nan')):.3f}")
+              if "thief_agreement" in r else f"R² {r['thief_r2']:.3f}" if "thief_r2" in r else "-")
         mia = f"{r['mia_auc']:.3f}, {r['mia_lr_low']:.1f}" if "mia_auc" in r else "-"
         sp = f"{int(r['span_rank'])}/{int(r['span_true_rank'])}" if "span_rank" in r else "-"
         print(f"{r['name']:22s} {r['verdict']:13s} {th:22s} {mia:14s} {sp:9s} "

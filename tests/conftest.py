@@ -64,3 +64,14 @@ def message_lines(stderr: str) -> list[str]:
 
     stage = re.compile(r"^leakmeter: \[\s*[0-9.]+ s\]")
     return [ln for ln in stderr.splitlines() if ln.strip() and not stage.match(ln)]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _forget_secrets():
+    """Secrets a module's runs registered (auth tokens such as "attacker-key") are forgotten after
+    it: the registry lives for the process, and its 8-character fragments would mask words in the
+    reports of unrelated modules run later in the same process (under pytest-xdist, in any order)."""
+    yield
+    from victims.http.secrets import SECRETS
+
+    SECRETS.clear()

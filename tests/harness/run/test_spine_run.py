@@ -111,7 +111,9 @@ def test_each_attack_faces_the_whole_budget_whatever_the_order(tmp_path):
     for order in (["span_nonadaptive", "surrogate"], ["surrogate", "span_nonadaptive"]):
         s = scenario_from_dict(make_scenario(
             interface={"kind": "prediction", "output": "probabilities"},
-            defenses={"query_budget": 97}, attacks=[{"name": n} for n in order]))
+            defenses={"query_budget": 97},  # a short surrogate: what is checked is the budget
+            attacks=[{"name": n, "params": {"steps": 60, "final_steps": 60} if n == "surrogate" else {}}
+                     for n in order]))
         rep = run_scenario(s, out=tmp_path / order[0])
         reps.append({a["name"]: a for a in rep["attacks"]})
     for name in ("span_nonadaptive", "surrogate"):
