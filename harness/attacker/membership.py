@@ -245,6 +245,7 @@ class MembershipKnowledge:
 
 
 STAND_IN_HIDDEN = [64]  # the documented stand-in family: a ReLU MLP of one hidden layer of 64
+STAND_IN_FAMILIES = ("mlp", "logistic")  # what `attacks[].params.stand_in` may name
 
 
 def stand_in_recipe(r: Any, x_pool: Any, hidden: list[int] | None = None) -> Any:
@@ -253,15 +254,29 @@ def stand_in_recipe(r: Any, x_pool: Any, hidden: list[int] | None = None) -> Any
     scenario's training recipe on inputs standardised with the attacker pool's statistics
     (attacker knowledge); `r.stand_in` says so in every report line that names the recipe."""
     from harness.attacker.scaling import PoolScale
+
+    r.init_seed = r.init_seed * 7919 + 11  # the victim's own initialisation is not known
+    r.input_scale = PoolScale.of(x_pool, int(np.prod(r.input_shape)), r.device)
+    return with_stand_in(r, "mlp", hidden, named=False)
+
+
+def with_stand_in(r: Any, family: str, hidden: list[int] | None = None, named: bool = True) -> Any:
+    """A copy of stand-in recipe `r` with the family a user named (`attacks[].params.stand_in`:
+    mlp with `stand_in_hidden` widths, or logistic — a linear softmax model), same training
+    recipe, same input standardisation."""
+    import copy
+
     from harness.scenario.schema import ModelSpec
 
-    widths = list(hidden or STAND_IN_HIDDEN)
+    if family not in STAND_IN_FAMILIES:
+        raise ValueError(f"stand_in must be one of {', '.join(STAND_IN_FAMILIES)}, not {family!r}")
+    r = copy.copy(r)
+    widths = [] if family == "logistic" else list(hidden if hidden is not None else STAND_IN_HIDDEN)
     r.spec = ModelSpec(arch="mlp", hidden=widths)
-    r.init_seed = r.init_seed * 7919 + 11  # the victim's own initialisation is not known
-    dim = int(np.prod(r.input_shape))
-    r.input_scale = PoolScale.of(x_pool, dim, r.device)
-    r.stand_in = (f"stand-in reference models: ReLU MLP {widths} (the victim's architecture is "
-                  f"unknown), {r.input_scale.describe()}")
+    what = f"ReLU MLP {widths}" if widths else "logistic regression (a linear softmax model)"
+    how = "named in attacks[].params.stand_in" if named else "the default family"
+    r.stand_in = (f"stand-in reference models: {what} ({how}; the victim's architecture is unknown, "
+                  f"these are not its models), {r.input_scale.describe()}")
     return r
 
 

@@ -47,8 +47,9 @@ def test_lira_on_an_onnx_file_uses_a_reported_stand_in(tmp_path):
         victim={"model": {"arch": "file", "path": str(p)}, "data": DATA,
                 "training": {"epochs": 30, "lr": 0.1, "momentum": 0.9, "batch_size": 32}},
         interface={"kind": "prediction", "output": "logits"},
-        attacks=[{"name": "mia_loss"}, {"name": "mia_lira", "params": {"shadows": 8, "mode": "offline"}}]))
-    loss, a = run_scenario(s, out=tmp_path / "o")["attacks"]
+        attacks=[{"name": "mia_loss"}, {"name": "mia_lira", "params": {"shadows": 8, "mode": "offline"}},
+                 {"name": "mia_rmia", "params": {"references": 2, "stand_in": "logistic"}}]))
+    loss, a, named = run_scenario(s, out=tmp_path / "o")["attacks"]
     assert a["status"] in ("ok", "incomplete"), a.get("traceback", a.get("reason"))
     assert a["metrics"]["stand_in"] == 1.0
     line = next(n for n in a["notes"] if "stand-in" in n)
@@ -57,3 +58,10 @@ def test_lira_on_an_onnx_file_uses_a_reported_stand_in(tmp_path):
     # stand-in's offline LiRA is measured, not yet as strong as the loss attack here (issue 30)
     assert 0.0 <= a["metrics"]["auc"] <= 1.0
     assert loss["status"] == "ok" and loss["metrics"]["auc"] > 0.55
+    # a family named under the attack's params (`stand_in: logistic`): linear softmax reference
+    # models, reported as the named stand-in
+    assert named["status"] in ("ok", "incomplete"), named.get("traceback", named.get("reason"))
+    line = next(n for n in named["notes"] if "stand-in" in n)
+    assert "logistic regression" in line and "named in attacks[].params.stand_in" in line
+    assert named["metrics"]["stand_in"] == 1.0 and 0.0 <= named["metrics"]["auc"] <= 1.0
+
