@@ -107,7 +107,8 @@ def serve(scenario, overrides, host, port, budget, keys_env, export_mlflow, prot
                f"budget: {per_key if per_key is not None else 'unlimited'} "
                f"{server.budgets.scope if per_key is not None else ''}; "
                f"{'API keys required' if keys else 'no API keys'}; "
-               f"inputs: standardize: {scaling}{' (z-scored rows)' if scaling == 'standard' else ''})", nl=True)
+               f"inputs: standardize: {scaling}{' (z-scored rows)' if scaling == 'standard' else ''})",
+               nl=True)
     sys.stdout.flush()
     try:
         server.serve_forever()
