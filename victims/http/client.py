@@ -143,9 +143,7 @@ class RemoteBackend:
                  token: str | None = None, sleep: Callable[[float], None] = time.sleep,
                  budget: int | None = None, headers: dict[str, str] | None = None,
                  read_var: Callable[[str, str], str] | None = None, request_budget: int | None = None):
-        self.spec = spec
-        self.where = display_url(spec.url)
-        self.declared_standardize: str | None = None  # a leakmeter server's input scaling, if it said
+        self.spec, self.where, self.declared_standardize = spec, display_url(spec.url), None
         SECRETS.add_url(spec.url)
         SECRETS.add(token)
         self._url, creds = split_credentials(spec.url)
@@ -297,9 +295,8 @@ class RemoteBackend:
         if status >= 300 or status < 200:
             raise EndpointError(self.scrub(f"{self.where}: answered HTTP {status}: {self._excerpt(reply)}"),
                                 status)
-        said = reply.headers.get(INPUTS_HEADER) if reply.headers is not None else None
-        if said:
-            self.declared_standardize = clip(str(said), 32)
+        said = clip(str((reply.headers or {}).get(INPUTS_HEADER) or ""), 32)  # a leakmeter server's
+        self.declared_standardize = said or self.declared_standardize
         return self._answer(reply, explain, raw=data is None)
 
     @staticmethod
