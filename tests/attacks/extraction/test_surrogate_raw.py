@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import make_scenario
 
-from harness.attacks.extraction.surrogate import membership_loss
+from harness.attacker.copy_losses import membership_loss
 from harness.run.runner import run_scenario
 from harness.scenario import scenario_from_dict
 from victims.build import build_victim
