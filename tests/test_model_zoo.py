@@ -31,8 +31,9 @@ def test_every_quick_family_is_initialised_and_decided(rows):
         assert abs(r["mia_leakmeter"] - r["mia_plain"]) < 0.1, (name, r)
 
 
-@pytest.mark.xfail(strict=False, reason="issue 30 stays open: on sk-logreg-scaled at 300 queries the "
-                   "surrogate (an MLP) reaches 0.953 / κ 0.899 while a plain thief that picks a linear "
-                   "model reaches 0.977 / κ 0.950: the run passes what the thief steals (a false pass)")
 def test_no_false_pass_or_false_fail(rows):
+    # sk-logreg-scaled at 300 queries was a false pass (an MLP surrogate 0.953 / κ 0.899 against a
+    # linear thief's 0.977 / 0.950): the surrogate now keeps a linear copy where it agrees better
     assert all(r["call"] in ("ok", "stronger") for r in rows.values()), rows
+    # and it is within a point of the plain thief, or better
+    assert all(r["surrogate"] >= r["thief"] - 0.01 for r in rows.values()), rows

@@ -215,13 +215,15 @@ def train_reference_set(recipe: Any, ev: Any, k: int, design: str, seed: int, kn
 
 
 def shared_reference_set(kn: Any, ev: Any, k: int, design: str, seed: int, known_init: bool = False,
-                         allow_loop: bool = False) -> ReferenceSet:
-    """The run's reference set of this design and size (trained on first request, then shared)."""
+                         allow_loop: bool = False, recipe: Any = None) -> ReferenceSet:
+    """The run's reference set of this design, size and recipe (`recipe`: a named stand-in; None:
+    the knowledge's own), trained on first request, then shared."""
+    recipe = kn.recipe if recipe is None else recipe
     cache = kn.shared()
-    key = (design, k, known_init, len(ev.x), len(ev.x_pool))
+    key = (design, k, known_init, len(ev.x), len(ev.x_pool), recipe.stand_in)
     if key not in cache:
         executor = getattr(kn, "executor", None)
-        cache[key] = train_reference_set(kn.recipe, ev, k, design, seed, known_init, allow_loop,
+        cache[key] = train_reference_set(recipe, ev, k, design, seed, known_init, allow_loop,
                                          executor() if callable(executor) else executor)
     return cache[key]
 

@@ -101,11 +101,14 @@ def serve(scenario, overrides, host, port, budget, keys_env, export_mlflow, prot
     except OSError as exc:
         raise BadInput(f"--port: cannot listen on {host}:{port} ({exc.strerror})") from None
     defenses = ", ".join(served.defenses.active()) or "none"
+    scaling = s.victim.data.standardize  # what the served model expects (also on every answer)
     click.echo(f"serving {s.name} at {server.url} ({protocol}) "
                f"(interface {s.interface.kind}/{s.interface.output}; defenses: {defenses}; "
                f"budget: {per_key if per_key is not None else 'unlimited'} "
                f"{server.budgets.scope if per_key is not None else ''}; "
-               f"{'API keys required' if keys else 'no API keys'})", nl=True)
+               f"{'API keys required' if keys else 'no API keys'}; "
+               f"inputs: standardize: {scaling}{' (z-scored rows)' if scaling == 'standard' else ''})",
+               nl=True)
     sys.stdout.flush()
     try:
         server.serve_forever()

@@ -130,6 +130,8 @@ def _run_scenario(s: Scenario, live: RunProgress, tracking_uri, out, json_path, 
                                    if s.victim.model.arch == "file" else "training the victim"))
             victim = build_victim(s)
             stage(f"{s.name}: victim ready ({_utility_line(victim)})")
+        if victim.record.get("input_scaling_warning"):  # also in the victim section's notes
+            print(f"leakmeter: warning: {victim.record['input_scaling_warning']}", file=sys.stderr)
         if victim.info.interface not in OFFERS:
             raise BadInput(f"interface.kind: {victim.info.interface} is not supported")
     except BaseException:

@@ -51,7 +51,7 @@ from victims.errors import BadInput, InterfaceError
 from victims.http.answers import decode
 from victims.http.auth import HeaderCredential, build_credential
 from victims.http.jsonlimits import JSONNumberTooLarge, JSONTooLarge
-from victims.http.protocol import display_url, retry_after, template_has
+from victims.http.protocol import INPUTS_HEADER, display_url, retry_after, template_has
 from victims.http.secrets import SECRETS, clip, valid_header_value
 from victims.http.stats import EndpointStats
 from victims.http.transport import DeadlineExceeded, Reply, TooLarge, exchange, new_session, tls_hint
@@ -143,8 +143,7 @@ class RemoteBackend:
                  token: str | None = None, sleep: Callable[[float], None] = time.sleep,
                  budget: int | None = None, headers: dict[str, str] | None = None,
                  read_var: Callable[[str, str], str] | None = None, request_budget: int | None = None):
-        self.spec = spec
-        self.where = display_url(spec.url)
+        self.spec, self.where, self.declared_standardize = spec, display_url(spec.url), None
         SECRETS.add_url(spec.url)
         SECRETS.add(token)
         self._url, creds = split_credentials(spec.url)
@@ -296,6 +295,8 @@ class RemoteBackend:
         if status >= 300 or status < 200:
             raise EndpointError(self.scrub(f"{self.where}: answered HTTP {status}: {self._excerpt(reply)}"),
                                 status)
+        said = clip(str((reply.headers or {}).get(INPUTS_HEADER) or ""), 32)  # a leakmeter server's
+        self.declared_standardize = said or self.declared_standardize
         return self._answer(reply, explain, raw=data is None)
 
     @staticmethod

@@ -232,6 +232,10 @@ def build_remote_victim(s: Any) -> Victim:
     }
     if not ep.verify_tls:
         record["notes"].append("TLS verification is OFF for this endpoint")
+    scaling = scaling_mismatch(backend.declared_standardize, s.victim.data.standardize)
+    if scaling:
+        record["notes"].append(scaling)
+        record["input_scaling_warning"] = scaling
     utility: dict[str, float] = {}
     truth: Any = Truth(None, None, None, None)
     if s.victim.model.arch == "file":
@@ -275,6 +279,16 @@ def _when_ready(backend: RemoteBackend, check: Any, clock: Any = time.monotonic,
 
 
 READY_POLL_S = 2.0
+
+
+def scaling_mismatch(declared: str | None, ours: str | None) -> str | None:
+    """One line when a leakmeter server declared (X-Leakmeter-Standardize) an input scaling other
+    than the scanning scenario's `victim.data.standardize`; None when it agrees or said nothing."""
+    if not declared or declared == ours:
+        return None
+    return (f"input scaling: the leakmeter server says its model takes inputs with standardize: "
+            f"{declared}, this scenario sends them with standardize: {ours} (answers to mis-scaled "
+            f"inputs say little; set victim.data.standardize: {declared})")
 
 
 def _probe(backend: RemoteBackend, s: Any, pub: dict[str, Any]) -> dict[str, Any]:

@@ -199,6 +199,9 @@ def served_from_victim(s: Any, victim: Any) -> ServedModel:
         "scenario": s.name, "input_dim": info.dim, "n_outputs": info.n_outputs,
         "n_classes": info.n_classes, "task": info.task, "interface": s.interface.kind,
         "output": s.interface.output,
+        # the scaling the served model expects of its inputs (it trained on them so): clients
+        # send z-scored rows for "standard", rows as the data has them for "none"
+        "standardize": s.victim.data.standardize,
     }
     return ServedModel(victim.backend, meta, ServedDefenses.from_spec(s.defenses))  # a fresh secret
 

@@ -6,6 +6,9 @@ uvicorn.
                        → {"predictions": [...]}
     GET  /ping, /health → 200;  GET /version → leakmeter version and the public facts
 
+Every answer carries `X-Leakmeter-Standardize: standard|none`, the input scaling the served model
+was trained with (also in /version as `standardize`): a scan compares it with its own.
+
 Defenses are applied server side (victims/http/served.py). Authentication: `Authorization: Bearer
 KEY` or `X-API-Key: KEY`; any other Authorization scheme is refused (401). With `keys`, only those
 keys are accepted (compared in constant time) and the query budget is kept per key. Without keys
@@ -34,6 +37,7 @@ import numpy as np
 from fastapi import Request  # at module level: FastAPI resolves the handlers' annotations here
 
 from victims.http.guard import ByteBudget, ServerLimits, guarded_protocol, host_allowed, json_content_type
+from victims.http.protocol import INPUTS_HEADER
 from victims.http.secrets import clip
 from victims.http.served import RequestError, ServedModel, parse_json
 
@@ -197,6 +201,10 @@ def make_app(served: ServedModel, budgets: KeyBudgets, keys: set[str] | None,
                                "(inputs too large for the model?)")
         return shape(y, explain, want)
 
+    # every answer says which input scaling the served model expects (a scan compares it with its own)
+    scaling = served.meta.get("standardize")
+    inputs_header = {INPUTS_HEADER: str(scaling)} if scaling else None
+
     async def handle(request: Request, parse: Any, shape: Any) -> Response:
         """Authenticate, read the body, answer in a worker thread; errors in the protocol's shape."""
         try:
@@ -205,7 +213,7 @@ def make_app(served: ServedModel, budgets: KeyBudgets, keys: set[str] | None,
             if not raw:
                 raise RequestError(400, "BAD_REQUEST", "a JSON body is required")
             out = await anyio.to_thread.run_sync(compute, raw, key, parse, shape, limiter=workers)
-            response: Response = JSONResponse(out)
+            response: Response = JSONResponse(out, headers=inputs_header)
         except RequestError as exc:
             response = error(exc)
         except Exception as exc:  # noqa: BLE001 - a server bug: one line, a 500, no traceback

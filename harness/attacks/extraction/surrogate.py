@@ -28,8 +28,12 @@ Inputs as a plain thief takes them: the surrogate's first layer standardises wit
 pool's per-feature mean and std (attacker knowledge, reported; identity without a pool), so raw
 tabular features (breast_cancer's 30, ranges 0.001…4000) train as well as pre-scaled ones; the
 copy still takes the API's inputs as they are. Noisy, rounded or top-k probabilities: a second
-copy learns each answer's top class as a hard label beside the soft-target one, and at every
-snapshot the copy that agrees with more held-out answers' top class is kept (`hard_labels`).
+copy learns each answer's top class as a hard label beside the soft-target one. Beside the MLP
+copies stands a linear one (softmax-linear on the same standardised inputs, trained on the same
+losses: a plain thief's logistic regression; least squares for regression; not with the joint
+loss), since an MLP fitted to a few hundred answers of a linear model generalises worse than the
+linear fit. At every snapshot the copy that agrees with the most held-out answers' top class is
+kept, ties going to the lower held-out loss (`hard_labels`, `linear_copy` say which won).
 
 How many queries: the whole query budget when there is one; without one, snapshots continue
 until the attacker's own learning curve is flat — held-out agreement with the API (regression:
@@ -53,10 +57,12 @@ from pydantic import Field
 from torch import nn
 
 from harness.attacker.compute import place as place_work
+from harness.attacker.copy_losses import clean_answers, gradient_target, membership_loss
+from harness.attacker.linear_copy import fit_linear
 from harness.attacker.scaling import PoolScale
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
-from harness.core.answers import api_labels, decimal_grid
+from harness.core.answers import api_labels
 from harness.core.errors import AssumptionViolated
 
 GRID = (1, 2, 3, 5, 7)
@@ -69,6 +75,7 @@ class SurrogateParams(Params):
     loss: Literal["auto", "membership", "joint"] = "auto"  # auto: joint when the API explains
     lam: float = 1.0  # weight of ℓ_M in ℓ_G + λ·ℓ_M
     hidden: list[int] | None = None  # surrogate widths; None: the victim's (declared MLP) or [128]
+    linear: bool = True  # also fit a linear copy; kept where it agrees better on held-out answers
     max_queries: int | None = Field(default=None, ge=1)  # None: the budget, else until flat
     min_queries: int = 2000  # a flat curve ends it only after this many queries (or the budget)
     cap_queries: int = 20000  # without a budget or max_queries: the most it asks
@@ -100,78 +107,6 @@ def build_mlp(d: int, k: int, hidden: list[int], scale: PoolScale | None = None)
         layers += [nn.Linear(a, b), nn.ReLU()]
     layers.append(nn.Linear(widths[-1], k))
     return nn.Sequential(*layers).double()
-
-
-def gradient_target(out: torch.Tensor, of: str, cls: int, pred: torch.Tensor) -> torch.Tensor:
-    """The scalar per input whose input gradient the API explains."""
-    if out.shape[1] == 1:
-        return out[:, 0]
-    if of == "sum":
-        return out.sum(1)
-    if of == "class":
-        return out[:, cls]
-    return out.gather(1, pred[:, None])[:, 0]
-
-
-def clean_answers(y: torch.Tensor, output: str) -> bool:
-    """True when probability answers carry their logits: no decimal grid, no negative entries,
-    rows summing to 1 (rounded, noisy or top-k answers do not: their logits are not trusted)."""
-    if output != "probabilities":
-        return output == "logits"
-    y = y.reshape(len(y), -1)
-    if len(y) == 0 or bool((y < 0).any()) or float((y.sum(1) - 1).abs().max()) > 1e-6:
-        return False
-    grid = decimal_grid(y)
-    return grid is None or grid < 1e-8
-
-
-def logit_gap_loss(out: torch.Tensor, y: torch.Tensor, output: str) -> torch.Tensor:
-    """Squared error of the surrogate's logit differences against the answers' (log-probabilities
-    for a probability API), relative to the answers' own mean square: each row against its top
-    class (K outputs), or the single logit (one output); zero probabilities carry no logit."""
-    y = y.reshape(len(y), -1)
-    t = torch.log(y.clamp_min(1e-300)) if output == "probabilities" else y
-    valid = y > 0 if output == "probabilities" else torch.ones_like(y, dtype=torch.bool)
-    if out.shape[1] == 1:
-        if t.shape[1] == 2:  # [p₀, p₁] for a one-logit model: its logit is log p₁ − log p₀
-            t, valid = t[:, 1:] - t[:, :1], valid.all(1, keepdim=True)
-        diff, target = out, t
-    else:
-        top = t.argmax(1, keepdim=True)
-        diff, target = out - out.gather(1, top), t - t.gather(1, top)
-        valid = valid & (torch.arange(t.shape[1], device=t.device)[None] != top)
-    if not bool(valid.any()):
-        return out.sum() * 0.0
-    scale = target[valid].pow(2).mean().clamp_min(1e-12)
-    return (diff - target)[valid].pow(2).mean() / scale
-
-
-def membership_loss(out: torch.Tensor, y: torch.Tensor, output: str, task: str,
-                    logits: bool = False, hard: bool = False) -> torch.Tensor:
-    """ℓ_M: squared error for regression; else cross-entropy against labels or the returned
-    probabilities (soft targets, clipped at 0 and renormalised; logits through a softmax), plus,
-    when the answers carry logits (`logits`: clean probabilities or a logit API), the logit-gap
-    loss with the cross-entropy at weight 0.1. `hard`: each answer's top class as a label."""
-    if task == "regression":
-        return (out[:, 0] - y.reshape(-1)).pow(2).mean()
-    if hard and output != "label":
-        lab = api_labels(y, output)
-        if out.shape[1] == 1:
-            return nn.functional.binary_cross_entropy_with_logits(out[:, 0], lab.double())
-        return nn.functional.cross_entropy(out, lab)
-    if out.shape[1] == 1:  # binary, one logit
-        target = y.double() if output == "label" else (
-            y[:, -1].clamp(0, 1) if output == "probabilities" else torch.sigmoid(y[:, 0]))
-        ce = nn.functional.binary_cross_entropy_with_logits(out[:, 0], target.reshape(-1))
-    elif output == "label":
-        return nn.functional.cross_entropy(out, y)
-    else:
-        q = torch.softmax(y, 1) if output == "logits" else y.clamp_min(0)
-        q = q / q.sum(1, keepdim=True).clamp_min(1e-300)
-        ce = -(q * torch.log_softmax(out, 1)).sum(1).mean()
-    if logits and output != "label":
-        return logit_gap_loss(out, y, output) + 0.1 * ce
-    return ce
 
 
 def query_stream(pool: torch.Tensor | None, n: int, jitter: float, low: float, high: float,
@@ -246,7 +181,7 @@ class Surrogate(Attack):
         source = "pool" if pool is not None and len(pool) else "gaussian"
         if p.pool == "data" and source == "gaussian":
             notes.append("no attacker pool: Gaussian queries instead")
-        hidden = p.hidden or self._victim_widths(ctx)
+        hidden = p.hidden if p.hidden is not None else self._victim_widths(ctx)
         dev = self._train_device(info, hidden, p, n_max, joint)  # answers come back to it
         x_all = query_stream(pool, n_max, p.jitter, float(info.input_low), float(info.input_high),
                              info.dim, ctx.gen, dev)
@@ -260,14 +195,20 @@ class Surrogate(Attack):
         scale = PoolScale.of(pool if source == "pool" else None, info.dim, dev)
         notes.append(scale.describe())
         torch.manual_seed(ctx.seed)
-        net = build_mlp(info.dim, max(1, info.n_outputs), hidden, scale).to(dev)
-        opt = torch.optim.Adam(net.parameters(), lr=p.lr)
-        # noisy, rounded or top-k probabilities: a second copy learns each answer's top class as a
-        # hard label; the one that agrees better with the held-out answers is the snapshot
+        k = max(1, info.n_outputs)
+        net = build_mlp(info.dim, k, hidden, scale).to(dev)
+        # the copies, each (linear?, hard labels?, network): noisy, rounded or top-k probabilities
+        # add one that learns each answer's top class as a hard label; a linear copy (softmax-linear
+        # or linear regression on the same standardised inputs) stands beside the MLP as a plain
+        # thief's logistic regression does; the one that agrees best with the held-out answers is
+        # the snapshot (`_pick`)
         two = info.output == "probabilities" and info.task != "regression"
-        hard = copy.deepcopy(net) if two else None
-        opt_h = torch.optim.Adam(hard.parameters(), lr=p.lr) if two else None
-        form = "soft"
+        copies = [(False, False, net)] + ([(False, True, copy.deepcopy(net))] if two else [])
+        if p.linear and hidden and not joint:
+            lin = build_mlp(info.dim, k, [], scale).to(dev)
+            copies += [(True, False, lin)] + ([(True, True, copy.deepcopy(lin))] if two else [])
+        opts = [torch.optim.Adam(c[2].parameters(), lr=p.lr) for c in copies]
+        chosen = 0
         ans = Answers(x_all[:0], None, None)
         snaps: list[tuple[int, int, nn.Module]] = []
         curve: list[tuple[int, float]] = []
@@ -282,13 +223,13 @@ class Surrogate(Attack):
                 bar.update((n - before) * cost)
                 bar.set_postfix_str(f"training on {n} answers (at most {n_max * cost} queries)")
             held = heldout_mask(n, dev)
-            self._train(net, opt, ans.part(~held), ans.part(held), p, info, joint, p.steps)
-            model = copy.deepcopy(net).eval()
-            if two and not clean_answers(ans.y, info.output):
-                self._train(hard, opt_h, ans.part(~held), ans.part(held), p, info, joint, p.steps, True)
-                form = self._better(model, hard, ans.part(held), info)
-                if form == "hard":
-                    model = copy.deepcopy(hard).eval()
+            clean = clean_answers(ans.y, info.output)
+            live = [i for i, c in enumerate(copies) if not (c[1] and clean)]
+            for i in live:
+                self._train(copies[i][2], opts[i], ans.part(~held), ans.part(held), p, info, joint,
+                            p.steps, copies[i][1], copies[i][0])
+            chosen = self._pick([(i, copies[i][2]) for i in live], ans.part(held), info, clean)
+            model = copy.deepcopy(copies[chosen][2]).eval()
             snaps.append((n * cost, n, model))
             if int(held.sum()) >= MIN_HELD:
                 score, gain, se = self._progress(model, snaps, ans.part(held), info)
@@ -300,14 +241,10 @@ class Surrogate(Attack):
         if bar is not None:
             bar.set_postfix_str(f"final training on {len(ans.x)} answers")
         n = snaps[-1][1]
-        if form == "hard":
-            net, opt = hard, opt_h
-            notes.append("answers read as hard labels (each answer's top class): they agreed better "
-                         "with the held-out answers than soft targets")
-        elif two and not clean_answers(ans.y, info.output):
-            notes.append("answers read as soft targets: they agreed at least as well with the "
-                         "held-out answers as hard labels")
-        self._train(net, opt, ans, None, p, info, joint, p.final_steps, form == "hard")
+        linear, hard, net = copies[chosen]
+        notes += self._form_notes(linear, hard, two and not clean_answers(ans.y, info.output),
+                                  any(c[0] for c in copies))
+        self._train(net, opts[chosen], ans, None, p, info, joint, p.final_steps, hard, linear)
         final = copy.deepcopy(net).eval()
         if bar is not None:
             bar.close()
@@ -328,8 +265,9 @@ class Surrogate(Attack):
         art.metrics.update({"queries_per_point": float(cost), "heldout_gain": gain,
                             "surrogate_params": float(sum(q.numel() for q in net.parameters())),
                             "standardised_inputs": float(not scale.identity),
-                            "hard_labels": float(form == "hard")})
-        art.notes.append(f"surrogate MLP {hidden}, queries from {source}")
+                            "hard_labels": float(hard), "linear_copy": float(linear)})
+        what = "linear (softmax-linear; least squares for regression)" if linear else f"MLP {hidden}"
+        art.notes.append(f"surrogate {what}, queries from {source}")
         art.stopped_by, art.reason = stopped, reason
         return art
 
@@ -405,16 +343,40 @@ class Surrogate(Attack):
         return [128]
 
     @staticmethod
-    def _better(soft, hard, held: Answers, info) -> str:
-        """"hard" when the hard-label copy agrees with more held-out answers' top class than the
-        soft-target copy, else "soft" (also without held-out answers)."""
+    def _pick(cands: list[tuple[int, nn.Module]], held: Answers, info, clean: bool) -> int:
+        """The index of the copy that agrees with the most held-out answers' top class; ties (and
+        regression) go to the lower held-out loss against the answers as they came (soft targets,
+        logit gaps where they carry logits; squared error), then to the first listed."""
         if len(held.x) == 0:
-            return "soft"
-        api = api_labels(held.y, info.output)
-        with torch.no_grad():
-            a = (api_labels(soft(held.x), "logits") == api).double().mean()
-            b = (api_labels(hard(held.x), "logits") == api).double().mean()
-        return "hard" if float(b) > float(a) else "soft"
+            return cands[0][0]
+        api = api_labels(held.y, info.output) if info.task != "regression" else None
+        best, key = cands[0][0], None
+        for i, m in cands:
+            with torch.no_grad():
+                out = m(held.x)
+                loss = float(membership_loss(out, held.y, info.output, info.task, clean))
+            agree = 0.0 if api is None else float((api_labels(out, "logits") == api).double().mean())
+            if key is None or (agree, -loss) > key:
+                best, key = i, (agree, -loss)
+        return best
+
+    @staticmethod
+    def _form_notes(linear: bool, hard: bool, noisy: bool, has_linear: bool) -> list[str]:
+        """What the held-out answers chose, in words."""
+        notes = []
+        if hard:
+            notes.append("answers read as hard labels (each answer's top class): they agreed better "
+                         "with the held-out answers than soft targets")
+        elif noisy:
+            notes.append("answers read as soft targets: they agreed at least as well with the "
+                         "held-out answers as hard labels")
+        if linear:
+            notes.append("the linear copy agreed with the held-out answers at least as well as the "
+                         "MLP (ties: a lower held-out loss): the surrogate is linear")
+        elif has_linear:
+            notes.append("the MLP copy agreed with the held-out answers better than a linear copy "
+                         "(or as well, at a lower held-out loss)")
+        return notes
 
     @staticmethod
     def _loss(net, a: Answers, info, joint: bool, lam: float, gscale, logits: bool,
@@ -431,15 +393,20 @@ class Surrogate(Attack):
         return loss
 
     def _train(self, net, opt, train: Answers, held: Answers | None, p: SurrogateParams, info,
-               joint: bool, steps: int, hard: bool = False) -> None:
+               joint: bool, steps: int, hard: bool = False, linear: bool = False) -> None:
         """Up to `steps` Adam steps on (mini-)batches of `train`; with held-out answers, the
         state with the lowest held-out loss (checked every 10 steps) is kept and training stops
-        after `patience` steps without improvement."""
+        after `patience` steps without improvement. A linear copy: its convex optimum on `train`
+        (harness/attacker/linear_copy.py)."""
         if len(train.x) == 0:
             return
         gscale = train.g.pow(2).sum(1).mean().clamp_min(1e-12) if joint else None
         logits = not hard and clean_answers(train.y, info.output) and (
             held is None or len(held.x) == 0 or clean_answers(held.y, info.output))
+        if linear:
+            fit_linear(net, lambda: self._loss(net, train, info, False, p.lam, None, logits, hard),
+                       len(train.x), 1e4 if logits else 1.0)
+            return
         for group in opt.param_groups:  # labels and cross-entropy alone overfit sooner
             group["weight_decay"] = p.weight_decay if p.weight_decay is not None else (
                 1e-4 if logits else 1e-3)

@@ -28,13 +28,14 @@ p < 1% in at least 90% of draws. The likelihood-ratio route needs a 2:1 bound fo
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import torch
+from pydantic import Field, field_validator
 from scipy import stats
 
 from harness.attacker.signals import correct_from_labels, phi_from_api, phi_from_logits
-from harness.attacks.base import Artifact
+from harness.attacks.base import Artifact, Params
 from harness.core.errors import AttackSkipped
 
 HIGH_RATIO = 5.0
@@ -62,12 +63,36 @@ def needs_scores(info) -> str | None:
     return None
 
 
-def reference_recipe(kn) -> Any:
-    """The training recipe reference models are trained with, or AttackSkipped when unknown."""
+class StandInParams(Params):
+    """A user-named stand-in family for reference models on a model file without `spec:`."""
+
+    stand_in: Literal["mlp", "logistic"] | None = None  # None: the default (harness/attacker/membership.py)
+    stand_in_hidden: list[Annotated[int, Field(ge=1)]] | None = None  # the mlp stand-in's widths
+
+    @field_validator("stand_in_hidden")
+    @classmethod
+    def _hidden_is_for_mlp(cls, v, info):
+        if v and info.data.get("stand_in") == "logistic":
+            raise ValueError("sets an mlp stand-in's widths; stand_in: logistic has none")
+        return v
+
+
+def reference_recipe(kn, params: Any = None) -> tuple[Any, list[str]]:
+    """(the training recipe reference models are trained with, notes), or AttackSkipped when
+    unknown. A stand-in family named in `params` replaces the default stand-in; where the
+    victim's own recipe is known (leakmeter trained it, or `spec:`) it is used and the name is
+    noted as ignored."""
+    from harness.attacker.membership import with_stand_in
+
     if kn.recipe is None:
         raise AttackSkipped("reference models need the victim's architecture (a model file "
                             "needs `spec:`)")
-    return kn.recipe
+    named = params is not None and (params.stand_in is not None or params.stand_in_hidden is not None)
+    if not named:
+        return kn.recipe, []
+    if not kn.recipe.stand_in:
+        return kn.recipe, ["stand_in ignored: the victim's own training recipe is known"]
+    return with_stand_in(kn.recipe, params.stand_in or "mlp", params.stand_in_hidden), []
 
 
 def paid_points(oracle, n: int, per_point: int = 1) -> int:

@@ -37,8 +37,9 @@ from harness.attacker.reference_models import (
     unscored,
 )
 from harness.attacks import register
-from harness.attacks.base import Artifact, Attack, Params
+from harness.attacks.base import Artifact, Attack
 from harness.attacks.membership.common import (
+    StandInParams,
     judge_membership,
     knowledge,
     needs_scores,
@@ -52,7 +53,7 @@ from harness.core.errors import AssumptionViolated, AttackSkipped
 PRIOR_DF = 8.0  # `auto`: ν₀, the pooled variance's weight in degrees of freedom (measured: 4-16 alike)
 
 
-class LiraParams(Params):
+class LiraParams(StandInParams):
     shadows: int = 16  # reference models (the paper: 16-256; 64 for the figures)
     mode: Literal["online", "offline", "both"] = "both"  # both: online scores, offline beside
     variance: Literal["auto", "global", "per_example"] = "auto"
@@ -117,7 +118,7 @@ class MiaLira(Attack):
 
     def run(self, oracle, params: LiraParams, ctx) -> Artifact:
         kn = knowledge(ctx)
-        recipe = reference_recipe(kn)
+        recipe, named = reference_recipe(kn, params)
         ev = kn.eval_set(params.max_members)
         shifts = SHIFTS if params.augment == "shift" and len(oracle.info.input_shape) >= 2 else ((0, 0),)
         n = paid_points(oracle, len(ev), len(shifts))
@@ -127,6 +128,7 @@ class MiaLira(Attack):
         if recipe.stand_in:  # a model file of unknown architecture: a stand-in family, said so
             notes.append(recipe.stand_in)
             metrics["stand_in"] = 1.0
+        notes += named
         online = offline = None
         lacking: list[str] = []
         seen: dict[int, int] = {}  # reference sets used: id → models dropped
@@ -135,7 +137,7 @@ class MiaLira(Attack):
             try:
                 refs = shared_reference_set(kn, ev, params.shadows, design,
                                             seed if design == "halves" else seed + 1,
-                                            params.known_init, params.slow_recipes)
+                                            params.known_init, params.slow_recipes, recipe)
             except NotImplementedError:
                 raise AttackSkipped("the training recipe cannot be batched (SGD on models leakmeter "
                                     "builds can): set params.slow_recipes: true to train reference "

@@ -41,8 +41,9 @@ from harness.attacker.reference_models import (
 )
 from harness.attacker.signals import prob_true
 from harness.attacks import register
-from harness.attacks.base import Artifact, Attack, Params
+from harness.attacks.base import Artifact, Attack
 from harness.attacks.membership.common import (
+    StandInParams,
     judge_membership,
     knowledge,
     needs_scores,
@@ -59,7 +60,7 @@ A_SINGLE = 0.3  # one reference model leaves none to tune a on (measured: 0.3 wi
 A_TARGETS = 4  # reference models that take turns as the target when tuning a
 
 
-class RmiaParams(Params):
+class RmiaParams(StandInParams):
     references: int = 2  # reference models (the paper: 1-4 offline)
     mode: Literal["offline", "online"] = "offline"
     a: float | None = None  # offline Pr(x) fit; None = tuned on the attacker's own models
@@ -141,7 +142,7 @@ class MiaRmia(Attack):
 
     def run(self, oracle, params: RmiaParams, ctx) -> Artifact:
         kn = knowledge(ctx)
-        recipe = reference_recipe(kn)
+        recipe, named = reference_recipe(kn, params)
         ev = kn.eval_set(params.max_members)
         n = paid_points(oracle, len(ev))
         task = oracle.info.task
@@ -155,7 +156,7 @@ class MiaRmia(Attack):
         try:
             refs = shared_reference_set(kn, ev, params.references, design,
                                         seed if design == "halves" else seed + 1, params.known_init,
-                                        params.slow_recipes)
+                                        params.slow_recipes, recipe)
         except NotImplementedError:
             raise AttackSkipped("the training recipe cannot be batched: set params.slow_recipes: "
                                 "true to train reference models one by one") from None
@@ -196,6 +197,7 @@ class MiaRmia(Attack):
         if recipe.stand_in:  # a model file of unknown architecture: a stand-in family, said so
             notes.append(recipe.stand_in)
             metrics["stand_in"] = 1.0
+        notes += named
         art = scores_artifact(score, len(ev), ctx, metrics,
                               notes, f"mia_rmia ({params.mode}, {len(refs)} reference models)")
         if frac is not None:

@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import make_scenario
 
-from harness.attacks.extraction.surrogate import membership_loss
+from harness.attacker.copy_losses import membership_loss
 from harness.run.runner import run_scenario
 from harness.scenario import scenario_from_dict
 from victims.build import build_victim
@@ -46,6 +46,8 @@ def test_surrogate_on_raw_features_reaches_the_plain_thief(tmp_path):
     (a,) = run_scenario(s, out=tmp_path / "o", victim=v)["attacks"]
     assert a["metrics"]["standardised_inputs"] == 1.0 and a["metrics"]["n_probes"] == 86
     assert any("standardised with the attacker pool" in n for n in a["notes"])
+    # a logistic victim: the linear copy fits its logits exactly and is the one kept
+    assert a["metrics"]["linear_copy"] == 1.0 and any("surrogate linear" in n for n in a["notes"])
     # the plain thief on the same 85 points (the whole pool: the surrogate asked each once)
     pool = np.asarray(v.truth.data.x_pool)
     xt = np.asarray(v.truth.data.x_test)

@@ -96,6 +96,12 @@ ROWS = {
     "yaml-int-abc": (text("name: t\nseed: !!int abc\n"), ["'abc'", "!!int", "line 2"]),
     "yaml-int-4400-digits": (text("name: t\nseed: " + "9" * 4400 + "\n"), ["!!int", "4300 digits"]),
     "yaml-nul": (text("name: t\x00x\n"), ["not valid YAML", "#x0000"]),
+    # a membership stand-in family leakmeter cannot build (issue 30), widths for a linear one
+    "stand-in-forest": (edit("attacks", [{"name": "mia_lira", "params": {"stand_in": "forest"}}]),
+                        ["attacks[0].params.stand_in", "'mlp' or 'logistic'"]),
+    "stand-in-logistic-hidden": (edit("attacks", [{"name": "mia_rmia", "params": {
+        "stand_in": "logistic", "stand_in_hidden": [8]}}]),
+        ["attacks[0].params.stand_in_hidden", "logistic"]),
     "yaml-set-key": (text("name: t\n? !!set {a, b}\n: 1\n"), ["mapping key", "line 2"]),
 }
 

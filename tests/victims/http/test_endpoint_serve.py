@@ -78,6 +78,29 @@ def test_scan_of_serve_equals_the_in_process_run_with_20x_fewer_requests(tmp_pat
     assert 20 * stats["requests"] <= r_http["queries_total"]
 
 
+def test_served_scaling_is_declared_and_a_matching_scan_is_not_warned(tmp_path):
+    """A leakmeter server says which input scaling its model expects (/version, a header on every
+    answer); a scan whose `standardize` agrees gets no warning, one that differs gets one line."""
+    spec = digits(victim={**digits()["victim"], "training": {"epochs": 1, "dtype": "float64"}})
+    served, _ = build_served(scenario_from_dict(spec))
+    server = VictimServer(served).start()
+    try:
+        root = server.url.rsplit("/", 1)[0]
+        assert requests.get(f"{root}/version", timeout=10).json()["standardize"] == "standard"
+        reply = requests.post(server.url, json={"inputs": [[0.0] * 64]}, timeout=10)
+        assert reply.headers["X-Leakmeter-Standardize"] == "standard"
+        notes = {}
+        for scaling in ("standard", "none"):
+            d = with_endpoint(spec, server.url)
+            d["victim"]["data"]["standardize"] = scaling
+            notes[scaling] = build_victim(scenario_from_dict(d)).record["notes"]
+    finally:
+        server.close()
+    assert not any("input scaling" in n for n in notes["standard"])
+    (line,) = [n for n in notes["none"] if n.startswith("input scaling")]
+    assert "standardize: standard" in line and "sends them with standardize: none" in line
+
+
 def test_server_budget_per_key_auth_keyed_noise_and_routes():
     s = scenario_from_dict(digits(defenses={"output_noise": {"sigma": 0.05}}))
     served, victim = build_served(s)
@@ -178,6 +201,7 @@ def _start_serve(args: list[str], env: dict) -> tuple[subprocess.Popen, int]:
     if not m:
         proc.kill()
         raise AssertionError(f"serve did not start: {line!r} {proc.stderr.read()[-2000:]}")
+    proc.first_line = line  # type: ignore[attr-defined]
     return proc, int(m.group(1))
 
 
@@ -208,7 +232,12 @@ def test_cli_serve_and_scan_never_reveal_the_token(tmp_path, monkeypatch, tracki
     assert "baseline: none found" in ok.output and "HTTP requests" in ok.output
     assert bad.exit_code == 2 and "HTTP 401" in bad.output and "127.0.0.1" in bad.output
     assert "POST /invocations" in err  # the server's access log ran
+    # the served model trained on z-scored inputs and says so; the scan (standardize: none, the
+    # endpoint default) is told on the terminal and in the report
+    assert "inputs: standardize: standard" in proc.first_line, proc.first_line
+    assert "leakmeter: warning: input scaling" in ok.output and "standardize: standard" in ok.output
     report = json.loads(Path("r.json").read_text())
+    assert any(n.startswith("input scaling") for n in report["victim"]["notes"])
     assert report["attacks"][0]["status"] == "ok" and report["victim"]["endpoint"]["auth"] is True
     from mlflow.tracking import MlflowClient
 
