@@ -160,7 +160,7 @@ def build_local_victim(s: Any) -> Victim:
     dtype = torch.float64 if s.victim.training.dtype == "float64" else torch.float32
     torch.manual_seed(s.seed)
     np.random.seed(s.seed)
-    data = load_dataset(s.victim.data, s.seed)
+    data = load_dataset(s.victim.data, s.seed, scale_target=s.victim.model.arch != "file")
     _check_task(s, data)
     model = model_for(s.victim.model, data.input_shape, data.n_outputs)
     _check_model(s, model)
@@ -252,7 +252,7 @@ def check_local(s: Any) -> None:
     """What `build_local_victim` would refuse as bad input, without training: the dataset loads,
     the task suits the interface, and a model file loads into its `spec` with finite weights (its
     shapes only, when it declares more than READ_AT_CHECK; a TorchScript file is never run here)."""
-    data = load_dataset(s.victim.data, s.seed)
+    data = load_dataset(s.victim.data, s.seed, scale_target=s.victim.model.arch != "file")
     _check_task(s, data)
     if s.victim.model.arch == "file":
         from victims.models.files import check_model_file

@@ -160,3 +160,27 @@ def test_three_class_export_is_served_over_http(tmp_path):
     body = r.json()
     got = np.asarray(body["predictions"] if isinstance(body, dict) else body, dtype=np.float64)
     np.testing.assert_allclose(got, clf.predict_proba(x[100:110]), atol=1e-5)
+
+
+def test_a_regression_file_is_scored_against_its_targets_in_their_own_units(tmp_path):
+    """A regressor trained outside leakmeter answers in its target's units: the targets it is
+    scored against stay as the .npz gives them (z-scoring them, as leakmeter does for a model it
+    trains itself, made every loss a function of the prediction alone and mia_loss blind)."""
+    from sklearn.datasets import load_diabetes
+    from sklearn.linear_model import LinearRegression
+
+    from harness.attacker.signals import phi_from_logits
+
+    x, y = load_diabetes(return_X_y=True)
+    reg = LinearRegression().fit(x[:300], y[:300])
+    path = tmp_path / "diabetes.onnx"
+    path.write_bytes(skl2onnx.to_onnx(reg, x[:1].astype(np.float32)).SerializeToString())
+    v = build_victim(_scenario(path, _npz(tmp_path, x, y, n=300), task="regression", output="logits"))
+    d = v.truth.data
+    assert set(np.round(d.y_train, 6)) <= set(np.round(y[:300], 6)) and d.y_train.max() > 100
+    q = torch.as_tensor(d.x_test)
+    answers = v.backend.predict(q, "logits")
+    np.testing.assert_allclose(answers.numpy()[:, 0], reg.predict(d.x_test), rtol=1e-4, atol=1e-2)
+    # the loss the membership attacks read is the model's own squared error
+    phi = phi_from_logits(answers, torch.as_tensor(d.y_test), "regression")
+    np.testing.assert_allclose(-phi.numpy(), (reg.predict(d.x_test) - d.y_test) ** 2, rtol=1e-3, atol=1.0)

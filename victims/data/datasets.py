@@ -235,8 +235,10 @@ def _infer_task(y: np.ndarray) -> str:
     return "binary" if len(np.unique(y)) == 2 else "multiclass"
 
 
-def load_dataset(spec: Any, seed: int) -> Dataset:
-    """Load and split the dataset a `DataSpec` names; raises BadInput for unusable data."""
+def load_dataset(spec: Any, seed: int, scale_target: bool = True) -> Dataset:
+    """Load and split the dataset a `DataSpec` names; raises BadInput for unusable data.
+    `scale_target`: z-score a regression target (for a model leakmeter trains); False for a model
+    file or an endpoint, which answer in the target's own units."""
     rng = np.random.default_rng(seed)
     name = spec.dataset
     record: dict[str, Any] = {"dataset": name}
@@ -359,7 +361,7 @@ def load_dataset(spec: Any, seed: int) -> Dataset:
     x_pl, rows = x_ext[: len(x_pl)], x_ext[len(x_pl):]  # the documented box, preprocessed as inputs are
     domain = (float(rows.min()), float(rows.max())) if len(rows) else None
     offset = norm.pop("_offset", None)
-    if task == "regression":
+    if task == "regression" and scale_target:
         mu, sd = float(y_tr.mean()), float(y_tr.std() or 1.0)
         y_tr, y_te, y_pl = ((v - mu) / sd for v in (y_tr, y_te, y_pl))
         norm["target"] = {"mean": mu, "std": sd}

@@ -142,7 +142,7 @@ def _public_shape(s: Any) -> dict[str, Any]:
     if "dataset" in s.victim.data.model_fields_set:
         from victims.data.datasets import load_dataset
 
-        data = load_dataset(s.victim.data, s.seed)
+        data = load_dataset(s.victim.data, s.seed, scale_target=False)  # answers in the target's units
         out.update(dim=data.dim, task=data.task, n_classes=data.n_classes, n_outputs=data.n_outputs,
                    pool=data.x_pool, shape=tuple(data.input_shape), data=data)
         out["low"], out["high"], out["domain_source"] = input_domain(s, data)
