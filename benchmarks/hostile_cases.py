@@ -45,6 +45,7 @@ from hostile_runs import (
     send,
     serve_process,
     stop,
+    trickled_run,
     url_of,
 )
 
@@ -270,28 +271,7 @@ def foreign_env(checkout: Path, tmp: Path) -> str:
 
 
 def trickle(checkout: Path, tmp: Path) -> str:
-    def respond(h, b, i):
-        body = probs(len(b["inputs"]))
-        if i == 0:
-            return send(h, 200, body)
-        h.send_response(200)
-        h.send_header("Content-Length", str(len(body)))
-        h.end_headers()
-        for k in range(len(body)):
-            time.sleep(2.0)
-            try:
-                h.wfile.write(body[k : k + 1])
-                h.wfile.flush()
-            except OSError:
-                return
-
-    srv = http_server(respond)
-    try:
-        data = endpoint_scenario(url_of(srv), timeout_s=10)
-        r = leakmeter(checkout, ["run", str(scenario(tmp, data)), "--out", "o"], tmp, timeout=100)
-    finally:
-        srv.shutdown()
-    return f"1 byte / 2 s: {r.short()}"
+    return f"1 byte / 2 s: {trickled_run(checkout, tmp, 100, timeout_s=10).short()}"
 
 
 def big_answer(checkout: Path, tmp: Path) -> str:

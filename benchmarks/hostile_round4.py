@@ -29,6 +29,7 @@ from hostile_runs import (
     send,
     serve_process,
     stop,
+    trickled_run,
     url_of,
 )
 
@@ -249,29 +250,7 @@ def serve_gate(checkout: Path, tmp: Path) -> str:
 
 def trickle(checkout: Path, tmp: Path) -> str:
     """E16: an answer trickled 1 byte / 2 s (timeout_s 5, deadline_s 20, retries 3) mid-run."""
-
-    def respond(h, b, i):
-        body = probs(len(b["inputs"]))
-        if i == 0:
-            return send(h, 200, body)
-        h.send_response(200)
-        h.send_header("Content-Length", str(len(body)))
-        h.end_headers()
-        for k in range(len(body)):
-            time.sleep(2.0)
-            try:
-                h.wfile.write(body[k : k + 1])
-                h.wfile.flush()
-            except OSError:
-                return
-
-    srv = http_server(respond)
-    try:
-        data = endpoint_scenario(url_of(srv), timeout_s=5, deadline_s=20, retries=3)
-        r = leakmeter(checkout, ["run", str(scenario(tmp, data)), "--out", "o"], tmp, timeout=150)
-    finally:
-        srv.shutdown()
-    return r.short()
+    return trickled_run(checkout, tmp, 150, timeout_s=5, deadline_s=20, retries=3).short()
 
 
 def query_path(checkout: Path, tmp: Path) -> str:

@@ -211,6 +211,33 @@ def url_of(srv: ThreadingHTTPServer) -> str:
     return f"http://127.0.0.1:{srv.server_address[1]}/invocations"
 
 
+def trickled_run(checkout: Path, tmp: Path, run_timeout: float, **endpoint) -> Result:
+    """A run against an endpoint that answers the start-up check, then trickles every answer at
+    1 byte / 2 s; `endpoint`: the client's timeout_s, deadline_s, retries."""
+
+    def respond(h, b, i):
+        body = probs(len(b["inputs"]))
+        if i == 0:
+            return send(h, 200, body)
+        h.send_response(200)
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        for k in range(len(body)):
+            time.sleep(2.0)
+            try:
+                h.wfile.write(body[k : k + 1])
+                h.wfile.flush()
+            except OSError:
+                return
+
+    srv = http_server(respond)
+    try:
+        data = endpoint_scenario(url_of(srv), **endpoint)
+        return leakmeter(checkout, ["run", str(scenario(tmp, data)), "--out", "o"], tmp, timeout=run_timeout)
+    finally:
+        srv.shutdown()
+
+
 def runs_of(uri: str, exp: str) -> list:
     from mlflow.tracking import MlflowClient
 

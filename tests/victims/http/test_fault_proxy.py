@@ -21,12 +21,11 @@ import struct
 import subprocess
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler
 
 import pytest
 import requests
 import yaml
-from loopback import LoopbackServer
+from loopback import JsonHandler, LoopbackServer
 
 from harness.run.runner import run_scenario
 from harness.scenario import scenario_from_dict
@@ -63,21 +62,7 @@ class FaultProxy(LoopbackServer):
         outer = self
         local = threading.local()
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def _reply(self, status: int, raw: bytes, extra: dict | None = None):
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                for k, v in (extra or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(raw)
-
+        class Handler(JsonHandler):
             def _cut(self, reset: bool):
                 if reset:
                     self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -85,7 +70,7 @@ class FaultProxy(LoopbackServer):
                 self.connection.close()
 
             def do_POST(self):  # noqa: N802
-                raw = self.rfile.read(int(self.headers["Content-Length"]))
+                raw = self.body()
                 n = len(json.loads(raw)["inputs"])
                 with outer.lock:
                     outer.requests += 1
@@ -96,9 +81,9 @@ class FaultProxy(LoopbackServer):
                 if fault in ("drop", "reset"):
                     return self._cut(fault == "reset")
                 if fault == "503":
-                    return self._reply(503, b'{"error_code": "TEMPORARILY_UNAVAILABLE"}')
+                    return self.reply(503, b'{"error_code": "TEMPORARILY_UNAVAILABLE"}')
                 if fault == "429":
-                    return self._reply(429, b'{"error_code": "RATE_LIMITED"}', {"Retry-After": "0"})
+                    return self.reply(429, b'{"error_code": "RATE_LIMITED"}', {"Retry-After": "0"})
                 if not hasattr(local, "session"):
                     local.session = requests.Session()
                 up = local.session.post(outer.upstream, data=raw, timeout=30, headers={
@@ -114,7 +99,7 @@ class FaultProxy(LoopbackServer):
                 if up.status_code == 200:
                     with outer.lock:
                         outer.rows_delivered += n
-                return self._reply(up.status_code, up.content)
+                return self.reply(up.status_code, up.content)
 
         self._serve(Handler)
 

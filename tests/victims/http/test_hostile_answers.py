@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import socket
-from http.server import BaseHTTPRequestHandler
 
 import numpy as np
 import pytest
 import requests
 import torch
-from loopback import LoopbackServer
+from loopback import JsonHandler, LoopbackServer
 
 from harness.scenario import scenario_from_dict
 from victims.build import build_victim
@@ -34,21 +33,12 @@ class Answers(LoopbackServer):
         outer = self
         self.requests = 0
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a):
-                pass
-
+        class Handler(JsonHandler):
             def do_POST(self):  # noqa: N802
-                rows = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["inputs"]
+                rows = self.json_body()["inputs"]
                 raw = bodies(outer.requests, rows)
                 outer.requests += 1
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
+                self.reply(200, raw)
 
         self._serve(Handler)
 

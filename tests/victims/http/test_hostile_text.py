@@ -8,13 +8,12 @@ import json
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from http.server import BaseHTTPRequestHandler
 
 import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
-from loopback import LoopbackServer
+from loopback import JsonHandler, LoopbackServer
 
 from harness.cli import main
 from victims.http.secrets import SECRETS, clip, one_line
@@ -60,26 +59,16 @@ class HostileEndpoint(LoopbackServer):
         outer = self
         self.requests = 0
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a):
-                pass
-
+        class Handler(JsonHandler):
             def do_POST(self):  # noqa: N802
-                rows = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["inputs"]
+                rows = self.json_body()["inputs"]
                 outer.requests += 1
                 if outer.requests == 1:
                     z = np.exp(np.asarray(rows, dtype=np.float64)[:, :3])
                     code, body = 200, json.dumps({"predictions": (z / z.sum(1, keepdims=True)).tolist()})
                 else:
                     code, body = status, json.dumps({"error": HOSTILE})
-                raw = body.encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
+                self.reply(code, body)
 
         self._serve(Handler)
 

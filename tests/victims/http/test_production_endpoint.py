@@ -12,12 +12,11 @@ import ipaddress
 import json
 import ssl
 import threading
-from http.server import BaseHTTPRequestHandler
 
 import numpy as np
 import pytest
 import torch
-from loopback import LoopbackServer
+from loopback import JsonHandler, LoopbackServer
 
 from defenses.output import OutputDefenses
 from harness.core.errors import BadInput
@@ -47,24 +46,11 @@ class Server(LoopbackServer):
         self.lock = threading.Lock()
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def _send(self, status: int, obj) -> None:
-                raw = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
+        class Handler(JsonHandler):
             def do_POST(self):  # noqa: N802
-                raw = self.rfile.read(int(self.headers["Content-Length"]))
+                raw = self.body()
                 if token_server is not None and self.path == "/token":
-                    return self._send(*token_server(raw.decode()))
+                    return self.reply_json(*token_server(raw.decode()))
                 rows = json.loads(raw)["inputs"]
                 with outer.lock:
                     i = len(outer.auth)
@@ -72,10 +58,10 @@ class Server(LoopbackServer):
                     outer.rows_in += len(rows)
                 verdict = outer.decide(i, self.headers)
                 if verdict is not None:
-                    return self._send(*verdict)
+                    return self.reply_json(*verdict)
                 with outer.lock:
                     outer.rows_answered += len(rows)
-                self._send(200, {"predictions": softmax_rows(np.asarray(rows)).tolist()})
+                self.reply_json(200, {"predictions": softmax_rows(np.asarray(rows)).tolist()})
 
         self._serve(Handler)
         if tls is not None:

@@ -11,11 +11,10 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler
 
 import pytest
 import requests
-from loopback import LoopbackServer
+from loopback import JsonHandler, LoopbackServer
 from test_real_servers import kserve, mlserver, raw_digits, scenario  # noqa: F401 - fixtures
 
 from harness.run.runner import run_scenario
@@ -49,21 +48,7 @@ class CountingProxy(LoopbackServer):
         self.lock = threading.Lock()
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def _reply(self, status: int, raw: bytes, extra: dict | None = None):
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                for k, v in (extra or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(raw)
-
+        class Handler(JsonHandler):
             def _loading(self) -> bool:
                 return outer.mode == "loading" and time.monotonic() - outer.t0 < outer.for_s
 
@@ -72,35 +57,35 @@ class CountingProxy(LoopbackServer):
 
             def do_GET(self):  # noqa: N802
                 if self._loading():
-                    return self._reply(503, b'{"error": "model is loading"}')
+                    return self.reply(503, b'{"error": "model is loading"}')
                 up = self._session().get(outer.upstream + self.path, timeout=30)
                 with outer.lock:
                     outer.gets_answered += up.status_code == 200
-                self._reply(up.status_code, up.content)
+                self.reply(up.status_code, up.content)
 
             def do_POST(self):  # noqa: N802
-                raw = self.rfile.read(int(self.headers["Content-Length"]))
+                raw = self.body()
                 n = rows_of(json.loads(raw))
                 with outer.lock:
                     outer.posts += 1
                     i = outer.posts
                     revoked = outer.mode == "revoked" and outer.rows_answered >= outer.after
                 if self._loading():
-                    return self._reply(503, b'{"error": "model is loading"}')
+                    return self.reply(503, b'{"error": "model is loading"}')
                 if outer.mode == "429" and i % 3 == 0:
                     with outer.lock:
                         outer.refused += n
-                    return self._reply(429, b'{"error": "rate limited"}', {"Retry-After": "0"})
+                    return self.reply(429, b'{"error": "rate limited"}', {"Retry-After": "0"})
                 if revoked:
                     with outer.lock:
                         outer.refused += n
-                    return self._reply(401, b'{"error": "token expired"}')
+                    return self.reply(401, b'{"error": "token expired"}')
                 up = self._session().post(outer.upstream + self.path, data=raw, timeout=60,
                                           headers={"Content-Type": "application/json"})
                 with outer.lock:
                     if up.status_code == 200:
                         outer.rows_answered += n
-                self._reply(up.status_code, up.content)
+                self.reply(up.status_code, up.content)
 
         self._serve(Handler)
 

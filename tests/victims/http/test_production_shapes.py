@@ -7,12 +7,11 @@ stdlib servers on 127.0.0.1."""
 from __future__ import annotations
 
 import json
-from http.server import BaseHTTPRequestHandler
 
 import numpy as np
 import pytest
 import torch
-from loopback import LoopbackServer
+from loopback import JsonHandler, LoopbackServer
 from test_production_endpoint import C, D, remote, softmax_rows
 
 from harness.core.errors import BadInput
@@ -31,29 +30,17 @@ class V2Server(LoopbackServer):
         self.asked: list = []
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def _send(self, obj, status=200):
-                raw = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
+        class Handler(JsonHandler):
             def do_GET(self):  # noqa: N802
                 if self.path.endswith("/ready"):
-                    return self._send({"name": "m", "ready": True})
-                self._send({"name": "m", "platform": "sklearn",
-                            "inputs": [{"name": "x", "datatype": "FP64", "shape": [-1, D]}],
-                            "outputs": [{"name": n, "datatype": "FP64", "shape": [-1, C]} for n in outputs]})
+                    return self.reply_json(200, {"name": "m", "ready": True})
+                meta = {"name": "m", "platform": "sklearn",
+                        "inputs": [{"name": "x", "datatype": "FP64", "shape": [-1, D]}],
+                        "outputs": [{"name": n, "datatype": "FP64", "shape": [-1, C]} for n in outputs]}
+                self.reply_json(200, meta)
 
             def do_POST(self):  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = self.json_body()
                 x = np.asarray(body["inputs"][0]["data"], dtype=np.float64).reshape(-1, D)
                 names = [o["name"] for o in body.get("outputs") or []]
                 outer.asked.append(names)
@@ -64,7 +51,7 @@ class V2Server(LoopbackServer):
                 else:
                     lab = p.argmax(axis=1)
                     out = {"name": "predict", "datatype": "INT64", "shape": [len(lab)], "data": lab.tolist()}
-                self._send({"model_name": "m", "outputs": [out]})
+                self.reply_json(200, {"model_name": "m", "outputs": [out]})
 
         self._serve(Handler)
 
@@ -116,14 +103,9 @@ class FrameServer(LoopbackServer):
         self.bodies: list = []
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
+        class Handler(JsonHandler):
             def do_POST(self):  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = self.json_body()
                 outer.bodies.append(body)
                 split = body.get("dataframe_split") or {}
                 if split.get("columns") != columns:
@@ -133,12 +115,7 @@ class FrameServer(LoopbackServer):
                     status = 200
                     out = {"predictions": [{"label": NAMES[int(i)]} for i in p.argmax(1)] if labels else
                            [{n: float(r[NAMES.index(n)]) for n in reversed(NAMES)} for r in p]}
-                raw = json.dumps(out).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
+                self.reply_json(status, out)
 
         self._serve(Handler)
 

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-from http.server import BaseHTTPRequestHandler
 
 import numpy as np
 import pytest
 import torch
-from loopback import LoopbackServer
+from loopback import JsonHandler, LoopbackServer
 
 from harness.core.errors import BadInput
 from harness.scenario import ScenarioError, scenario_from_dict
@@ -38,24 +37,14 @@ class Scripted(LoopbackServer):
         self.seen: list[tuple[str, str, dict]] = []
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a):
-                pass
-
+        class Handler(JsonHandler):
             def _go(self, method):
-                n = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(n)) if n else None
+                raw = self.body()
+                body = json.loads(raw) if raw else None
                 outer.seen.append((method, self.path, dict(self.headers)))
                 fn = routes.get((method, self.path))
                 status, payload = fn(body, self.headers) if fn else (404, {"error": "not found"})
-                raw = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
+                self.reply_json(status, payload)
 
             def do_GET(self):
                 self._go("GET")

@@ -8,12 +8,11 @@ import json
 import os
 import subprocess
 import sys
-from http.server import BaseHTTPRequestHandler
 
 import pytest
 import torch
 import yaml
-from loopback import LoopbackServer
+from loopback import JsonHandler, LoopbackServer
 
 from defenses.output import OutputDefenses
 from harness.core.oracle import Oracle
@@ -45,14 +44,9 @@ class CutServer(LoopbackServer):
         outer = self
         self.requests = 0
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
+        class Handler(JsonHandler):
             def do_POST(self):  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = self.json_body()
                 outer.requests += 1
                 filler = "A" * at
                 if outer.requests == 1:
@@ -64,12 +58,8 @@ class CutServer(LoopbackServer):
                                                    "message": filler + TOKEN + " tail"})
                 else:
                     status, raw = 200, json.dumps({filler + TOKEN: 1, "other": 2})
-                data = raw.encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "text/plain" if mode == "excerpt" else "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                kind = "text/plain" if mode == "excerpt" else "application/json"
+                self.reply(status, raw, content_type=kind)
 
         self._serve(Handler)
 

@@ -10,13 +10,12 @@ import json
 import os
 import subprocess
 import sys
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
-from loopback import LoopbackServer
+from loopback import JsonHandler, LoopbackServer
 
 TOKEN = "tok-Ux81-env-secret-value"
 QUERY_KEY = "qk-55Gh-query-secret"
@@ -35,14 +34,9 @@ class EchoServer(LoopbackServer):
         self.requests = 0
         self.seen_auth: list[str] = []
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
+        class Handler(JsonHandler):
             def do_POST(self):  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = self.json_body()
                 outer.requests += 1
                 outer.seen_auth.append(self.headers.get("Authorization", ""))
                 if outer.requests <= good:
@@ -55,12 +49,7 @@ class EchoServer(LoopbackServer):
                     out = {"message": f"cannot serve {self.command} {self.path}", "headers": echoed,
                            "raw": f"{self.path} {self.headers}"}
                     code = status
-                raw = json.dumps(out).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
+                self.reply_json(code, out)
 
         self._serve(Handler)
 

@@ -7,11 +7,10 @@ scenario, as `run` does."""
 from __future__ import annotations
 
 import json
-from http.server import BaseHTTPRequestHandler
 
 import yaml
 from click.testing import CliRunner
-from loopback import LoopbackServer
+from loopback import JsonHandler, LoopbackServer
 
 from harness.cli import main
 
@@ -27,22 +26,13 @@ class BodyRecorder(LoopbackServer):
         self.bodies: list[dict] = []
         self.auth: list[str | None] = []
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a):
-                pass
-
+        class Handler(JsonHandler):
             def do_POST(self):  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = self.json_body()
                 outer.bodies.append(body)
                 outer.auth.append(self.headers.get("Authorization"))
                 rows = body["instances"]
-                raw = json.dumps({"result": {"scores": [[0.3, 0.7]] * len(rows)}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
+                self.reply_json(200, {"result": {"scores": [[0.3, 0.7]] * len(rows)}})
 
         self._serve(Handler)
 
