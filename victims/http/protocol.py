@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 INPUTS_HEADER = "X-Leakmeter-Standardize"  # a leakmeter server's input scaling, on every answer
 
+
 def display_url(url: str) -> str:
     """The endpoint as shown in messages: scheme, host, port and path (no userinfo, no query)."""
     try:

@@ -131,8 +131,10 @@ class LMBackend:
         if todo:
             # blocks of exactly `rows` prompts (the last padded with token 0, its rows dropped), as
             # a deployed victim answers (victims/devices.py): a prompt's logits are the same bits
-            # whatever else was asked with it
-            rows = devices.answer_rows(self.device)
+            # whatever else was asked with it; `rows` depends only on the device and the prompts'
+            # length, and stays within ~2²² logits or activations per block (memory)
+            per = 2**22 // max(self.model.vocab, self.model.hidden * uniq.shape[1])
+            rows = max(1, min(devices.answer_rows(self.device), per))
             with torch.no_grad():
                 for s in range(0, len(todo), rows):
                     idx = todo[s:s + rows]

@@ -207,7 +207,8 @@ class Surrogate(Attack):
         if p.linear and hidden and not joint:
             lin = build_mlp(info.dim, k, [], scale).to(dev)
             copies += [(True, False, lin)] + ([(True, True, copy.deepcopy(lin))] if two else [])
-        opts = [torch.optim.Adam(c[2].parameters(), lr=p.lr) for c in copies]
+        # the linear copies are fitted by L-BFGS (harness/attacker/linear_copy.py), the MLPs by Adam
+        opts = [None if c[0] else torch.optim.Adam(c[2].parameters(), lr=p.lr) for c in copies]
         chosen = 0
         ans = Answers(x_all[:0], None, None)
         snaps: list[tuple[int, int, nn.Module]] = []

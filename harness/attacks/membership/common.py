@@ -28,12 +28,13 @@ p < 1% in at least 90% of draws. The likelihood-ratio route needs a 2:1 bound fo
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import torch
 from pydantic import Field, field_validator
 from scipy import stats
 
+from harness.attacker.membership import StandInFamily
 from harness.attacker.signals import correct_from_labels, phi_from_api, phi_from_logits
 from harness.attacks.base import Artifact, Params
 from harness.core.errors import AttackSkipped
@@ -66,7 +67,7 @@ def needs_scores(info) -> str | None:
 class StandInParams(Params):
     """A user-named stand-in family for reference models on a model file without `spec:`."""
 
-    stand_in: Literal["mlp", "logistic"] | None = None  # None: the default (harness/attacker/membership.py)
+    stand_in: StandInFamily | None = None  # None: the default (harness/attacker/membership.py)
     stand_in_hidden: list[Annotated[int, Field(ge=1)]] | None = None  # the mlp stand-in's widths
 
     @field_validator("stand_in_hidden")
