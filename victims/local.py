@@ -67,7 +67,13 @@ class LocalBackend:
         return out.reshape(len(x), -1)
 
     def predict(self, x: torch.Tensor, kind: str) -> torch.Tensor:
-        """Predictions of `kind`: label (N,), probabilities (N, C) or logits (N, K)."""
+        """Predictions of `kind`: label (N,), probabilities (N, C) or logits (N, K). A model file
+        that answers probabilities itself (an ONNX graph's) answers them as it computes them."""
+        if kind == "probabilities" and getattr(self.model, "read_as", "") == "probabilities":
+            x = x.to(self.device, self.dtype)
+            with torch.no_grad():
+                outs = [self.model.probabilities(xi)[:k] for xi, k in self._blocks(x)]
+            return torch.cat(outs) if outs else torch.empty(0, self.n_classes, device=self.device)
         z = self.logits(x)
         return format_output(z, self.task, kind)
 
@@ -128,10 +134,10 @@ def format_output(z: torch.Tensor, task: str, kind: str) -> torch.Tensor:
     if task == "regression" or kind == "logits":
         return z
     if task == "binary":
-        p1 = torch.sigmoid(z[:, 0])
         if kind == "label":
             return (z[:, 0] > 0).long()
-        return torch.stack([1 - p1, p1], dim=1)
+        # both columns in full precision (a small p₀ is not 1 − p₁, which loses it)
+        return torch.stack([torch.sigmoid(-z[:, 0]), torch.sigmoid(z[:, 0])], dim=1)
     if kind == "label":
         return z.argmax(dim=1)
     return torch.softmax(z, dim=1)

@@ -184,3 +184,30 @@ def test_a_regression_file_is_scored_against_its_targets_in_their_own_units(tmp_
     # the loss the membership attacks read is the model's own squared error
     phi = phi_from_logits(answers, torch.as_tensor(d.y_test), "regression")
     np.testing.assert_allclose(-phi.numpy(), (reg.predict(d.x_test) - d.y_test) ** 2, rtol=1e-3, atol=1.0)
+
+
+def test_a_binary_export_is_answered_bit_for_bit(tmp_path):
+    """What the deployed graph returns is what the attacks read: exact zeros of a saturated class
+    and the 1 − p column's last bits included (never log → softmax again, which made a 0 into
+    1e-30 and moved a 1 − p value off the grid that tells its precision)."""
+    import onnxruntime
+    from sklearn.datasets import load_breast_cancer
+    from sklearn.linear_model import LogisticRegression
+
+    from harness.core.answers import logit_signals, readable
+
+    x, y = load_breast_cancer(return_X_y=True)
+    clf = LogisticRegression(max_iter=5000).fit(x[:400], y[:400])
+    path = tmp_path / "lr.onnx"
+    path.write_bytes(skl2onnx.to_onnx(clf, x[:1].astype(np.float32),
+                                      options={LogisticRegression: {"zipmap": False}}).SerializeToString())
+    v = build_victim(_scenario(path, _npz(tmp_path, x, y, 400)))
+    q = np.concatenate([x[400:], x[400:] * 3.0])  # raw rows, and rows far into saturation
+    got = v.backend.predict(torch.as_tensor(q), "probabilities").double().numpy()
+    sess = onnxruntime.InferenceSession(str(path))
+    want = sess.run(["probabilities"], {sess.get_inputs()[0].name: q.astype(np.float32)})[0]
+    assert np.array_equal(got, want.astype(np.float64))
+    assert (want == 0).any()  # some rows saturated to an exact 0 ...
+    yt = torch.as_tensor(got)
+    keep = readable(yt, logit_signals(yt, "probabilities"))
+    assert not bool(keep[torch.as_tensor((want == 0).any(1))].any())  # ... which carry no logit

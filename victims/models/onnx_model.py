@@ -176,11 +176,20 @@ class OnnxModel(nn.Module):
         extra = ", as one logit log p1 − log p0" if self.to_one_logit else ""
         return f"ONNX output {self.output_name!r}: {how[self.read_as]}{extra}"
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        n = len(x)
+    def _run(self, x: torch.Tensor) -> torch.Tensor:
         arr = x.detach().cpu().numpy().astype(self._np_dtype, copy=False).reshape(self._shape)
         out = torch.as_tensor(as_array(self._session.run([self.output_name], {self._input: arr})[0]))
-        out = out.reshape(n, -1)
+        return out.reshape(len(x), -1)
+
+    def probabilities(self, x: torch.Tensor) -> torch.Tensor | None:
+        """The graph's probabilities exactly as it answers them (zeros and the last bits of a
+        1 − p column included), or None when its answer is not probabilities."""
+        if self.read_as != "probabilities":
+            return None
+        return self._run(x).to(self.precision.dtype).to(x.device)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self._run(x)
         if self.read_as == "probabilities":
             out = torch.log(out.double().clamp_min(TINY))
             if self.to_one_logit:

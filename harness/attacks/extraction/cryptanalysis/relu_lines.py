@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from harness.core.answers import logit_signals
+from harness.core.answers import logit_signals, readable
 from harness.core.errors import AssumptionViolated
 
 
@@ -37,10 +37,8 @@ def ask(oracle, x: torch.Tensor, what: str = "predict") -> torch.Tensor:
         return oracle.explain(x)
     y = oracle.predict(x)
     out = logit_signals(y, oracle.output)
-    if oracle.output == "probabilities":
-        # an underflowed (or, binary, saturated) probability no longer carries its logit
-        floor = 1e-290 if y.shape[1] > 2 else 1e-12
-        out[y.reshape(len(y), -1).amin(1) < floor] = float("nan")
+    if oracle.output == "probabilities":  # an underflowed or saturated probability: no logit
+        out[~readable(y, out)] = float("nan")
     return out
 
 
@@ -329,11 +327,16 @@ def fit_output(oracle, n: torch.Tensor, b: torch.Tensor, gen: torch.Generator,
     keep = ~y.isnan().any(1)
     x, y = x[keep], y[keep]
     phi = features(x, n, b)
-    col = phi.norm(dim=0).clamp_min(1e-300)
-    coef = lstsq(phi / col, y) / col[:, None]
-    s = torch.linalg.svdvals(phi / col)
-    cond = float(s[0] / s[-1]) if len(s) and s[-1] > 0 else float("inf")
     h = len(n)
+    # a unit on (or off) at fewer than 3 answered points cannot be told from the linear part:
+    # its ReLU column is left out (its output weight 0) rather than fitted to a point or two
+    on = (phi[:, :h] > 0).sum(0)
+    use = torch.cat([(on >= 3) & (on <= len(x) - 3), phi.new_ones(h + 1, dtype=torch.bool)])
+    col = phi.norm(dim=0).clamp_min(1e-300)
+    coef = phi.new_zeros(len(col), y.shape[1])
+    coef[use] = lstsq(phi[:, use] / col[use], y) / col[use, None]
+    s = torch.linalg.svdvals(phi[:, use] / col[use])
+    cond = float(s[0] / s[-1]) if len(s) and s[-1] > 0 else float("inf")
     return ReluNet(n, b, coef[:h].T, coef[h:2 * h].T, coef[2 * h]), cond
 
 
