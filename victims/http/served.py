@@ -181,7 +181,15 @@ class ServedModel:
             y = y + d.noise_sigma * keyed_normal(x, y.shape[1], self.salt)
         if d.decimals is not None:
             y = np.round(y, d.decimals)
-        return y
+        return y * self._target[1] + self._target[0]
+
+    @property
+    def _target(self) -> tuple[float, float]:
+        """(mean, std) that turn the model's outputs into the target's own units: a regression
+        model leakmeter trained on a z-scored target answers in the target's units, as a deployed
+        regressor does (its defenses act on the model's outputs, as in the scenario's own run)."""
+        t = self.meta.get("target") or {}
+        return float(t.get("mean", 0.0)), float(t.get("std", 1.0))
 
     def explain(self, x: np.ndarray, kind: str) -> np.ndarray:
         key = row_keys(x, self.salt + 1).sum(dtype=np.uint64) >> np.uint64(1)
@@ -189,7 +197,7 @@ class ServedModel:
         g = self.backend.explain(torch.as_tensor(x), kind, gen).detach().cpu().numpy().astype(np.float64)
         if self.defenses.explain_sigma:
             g = g + self.defenses.explain_sigma * keyed_normal(x, g.shape[1], self.salt + 2)
-        return g
+        return g * self._target[1]
 
 
 def served_from_victim(s: Any, victim: Any) -> ServedModel:
@@ -203,6 +211,9 @@ def served_from_victim(s: Any, victim: Any) -> ServedModel:
         # send z-scored rows for "standard", rows as the data has them for "none"
         "standardize": s.victim.data.standardize,
     }
+    target = ((victim.record.get("data") or {}).get("normalisation") or {}).get("target")
+    if info.task == "regression" and target:
+        meta["target"] = {"mean": float(target["mean"]), "std": float(target["std"])}
     return ServedModel(victim.backend, meta, ServedDefenses.from_spec(s.defenses))  # a fresh secret
 
 
