@@ -41,8 +41,9 @@ def run(scenario, overrides, only, skip, json_path, out, tracking_uri, no_tracki
     """Run every attack the SCENARIO's deployment allows and print the verdict."""
     from harness.core.progress import begin, busy
 
-    begin()  # the clock starts here; on a terminal a live line says at once what loads
-    with busy(f"loading torch, MLflow and the attacks for {scenario}", announce=False):
+    begin()  # the clock starts here: the first stage line says at once what loads (and a live
+    # line on a terminal), before torch and MLflow take their seconds to import
+    with busy(f"loading {scenario} (torch, MLflow and the attacks first)"):
         pin_threads(threads)
         apply_trust(trust_model_code)
         from pathlib import Path
