@@ -43,7 +43,7 @@ def run(scenario, overrides, only, skip, json_path, out, tracking_uri, no_tracki
 
     begin()  # the clock starts here: the first stage line says at once what loads (and a live
     # line on a terminal), before torch and MLflow take their seconds to import
-    with busy(f"loading {scenario} (torch, MLflow and the attacks first)"):
+    with busy(f"loading {scenario} (importing torch and MLflow first)"):
         pin_threads(threads)
         apply_trust(trust_model_code)
         from pathlib import Path
