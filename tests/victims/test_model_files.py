@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 import torch
-from conftest import make_scenario, message_lines
+from conftest import make_scenario
 
 from harness.core.errors import BadInput
 from harness.run.runner import run_scenario
@@ -274,7 +274,7 @@ def test_cli_refuses_every_crafted_file_with_one_line_and_exit_2(command, tmp_pa
             (tmp_path / "s.yaml").write_text(yaml.safe_dump(data))
             args = [command, "s.yaml"] + (["--no-tracking", "--out", "o"] if command == "run" else [])
             res = CliRunner().invoke(main, args)
-            lines = message_lines(res.stderr)  # `run` says first what it loads
+            lines = res.stderr.strip().splitlines()
             assert res.exit_code == 2 and len(lines) == 1, (kind, fmt, res.output)
             assert "victim.model" in lines[0] and "Traceback" not in res.output
             assert not marker.exists(), (kind, fmt)
@@ -299,5 +299,5 @@ def test_a_real_run_process_refuses_the_crafted_torchscript(tmp_path, crafted):
                               "--no-tracking"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                              env={**os.environ, "LEAKMETER_THREADS": "1"})
         assert res.returncode == 2 and "--trust-model-code" in res.stderr, res.stderr
-        assert len(message_lines(res.stderr)) == 1
+        assert len(res.stderr.strip().splitlines()) == 1
         assert not marker.exists()

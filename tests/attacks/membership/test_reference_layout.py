@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import make_scenario, message_lines
+from conftest import make_scenario
 from scipy.stats import norm
 from sklearn.metrics import roc_auc_score
 
@@ -261,7 +261,7 @@ def test_ray_executor_without_ray_is_bad_input_before_anything_runs(tmp_path, mo
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(data))
     res = CliRunner().invoke(main, ["run", "s.yaml", "--no-tracking", "--out", "o"])
     assert res.exit_code == 2 and "Traceback" not in res.output and not (tmp_path / "o").exists()
-    assert len(message_lines(res.stderr)) == 1 and "Ray is not installed" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "Ray is not installed" in res.stderr
     # a library run that skipped the checks: the attack that needs Ray says why; the others run
     loss, lira = run_scenario(scenario_from_dict(data), out=tmp_path / "lib")["attacks"]
     assert loss["status"] == "ok" and lira["status"] == "error"

@@ -21,7 +21,7 @@ import time
 import pytest
 import yaml
 from click.testing import CliRunner
-from conftest import make_scenario
+from conftest import make_scenario, message_lines
 
 from harness.cli import main
 
@@ -41,7 +41,7 @@ def _refused(args: list[str], words: list[str]) -> None:
     t0 = time.process_time()  # CPU time: a busy machine does not stretch it
     res = CliRunner().invoke(main, args)
     took = time.process_time() - t0
-    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    lines = message_lines(res.stderr)  # past `run`'s stage line saying what it loads
     assert res.exit_code == 2, res.output[-1500:]
     assert len(lines) == 1 and all(w in lines[0] for w in words), (words, res.stderr)
     assert "victim ready" not in res.output and took < 10, took  # before anything was built

@@ -45,7 +45,7 @@ def test_non_tty_run_prints_each_stage_and_keeps_warnings_in_the_report(tmp_path
     stages = [ln for ln in res.stderr.splitlines() if re.match(r"leakmeter: \[ *\d+\.\d s\] ", ln)]
     # the first line says what loads, before torch and MLflow are imported; then a line per stage,
     # the clock counting from the command's start (loading included)
-    assert stages[0].endswith("] loading dp.yaml (importing torch and MLflow first)"), stages
+    assert stages[0].endswith("] loading dp (dp.yaml): importing torch and MLflow"), stages
     assert stages[1].endswith("] dp: training the victim") and "dp: victim ready" in stages[2], stages
     assert float(stages[1].split("[")[1].split(" s]")[0]) > 0.5, stages  # torch & co. took time
     assert any(ln.endswith("] ReRo bounds") for ln in stages)  # what runs after the attacks says so
@@ -236,9 +236,9 @@ def test_terminal_run_names_each_attack_with_one_live_bar(tmp_path):
     assert summary[2].startswith("verdict: ") and max(len(ln) for ln in summary) <= 100, summary
     # on a terminal too, the first line says at once what is loading, and a live line counts its seconds
     first, live = [p for p in pieces if p.strip()][:2]
-    assert re.match(r"leakmeter: \[ *\d+\.\d s\] loading tty.yaml \(importing torch and MLflow first\)$",
+    assert re.match(r"leakmeter: \[ *\d+\.\d s\] loading tty \(tty.yaml\): importing torch and MLflow$",
                     first), pieces[:3]
-    assert live.startswith("  … loading tty.yaml (importing torch and MLflow first) (0 s)"), pieces[:3]
+    assert live.startswith("  … loading tty (tty.yaml): importing torch and MLflow (0 s)"), pieces[:3]
 
 
 def test_mlflow_runs_page_shows_verdict_risk_and_scenario(two_runs):
