@@ -281,7 +281,7 @@ def where_lines(report: dict) -> list[str]:
     tracking was off)."""
     out = report.get("outdir")
     run = report.get("mlflow_run_id")
-    lines = [f"report: {out}/report.md (html: {out}/report.html; json: {out}/report.json)"]
+    lines = [f"report: {out}/report.md (+ .html, .json)"]  # the folder once: fits 100 columns
     lines.append(f"mlflow run: {run} (`mlflow ui` here: the experiment opens on its runs)"
                  if run else "mlflow: off (no tracking)")
     return lines

@@ -257,3 +257,18 @@ def test_mlflow_runs_page_shows_verdict_risk_and_scenario(two_runs):
         assert (run.data.tags["verdict"], run.data.tags["risk"], run.data.tags["scenario"]) == (
             rep["verdict"], risk, "widths")
         assert "report.html" in [a.path for a in client.list_artifacts(run.info.run_id)]
+
+
+def test_the_summary_fits_100_columns_with_the_default_report_folder(capsys):
+    """The default folder (leakmeter-out/<scenario>-<time>) is named once: the summary's lines,
+    piped, stay within 100 columns for a scenario name of 30 characters."""
+    from harness.cli.common import print_summary
+
+    out = "leakmeter-out/quickstart-digits-gradient-2026-20261128-123009"
+    print_summary({"attacks": [{"name": "surrogate", "status": "ok", "risk": "high", "reason": "x " * 80,
+                                "metrics": {"agreement": 0.99}}],
+                   "verdict": "fail", "risk": "high", "verdict_reason": "risk high reaches fail_on",
+                   "outdir": out, "mlflow_run_id": "9c211665d2564c84a23bf3a308b40234"})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2] == f"report: {out}/report.md (+ .html, .json)", lines
+    assert max(len(ln) for ln in lines) <= 100, [ln for ln in lines if len(ln) > 100]
