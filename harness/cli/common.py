@@ -38,7 +38,7 @@ def choose(fn):
 def choose_attacks(s, only: str | None, skip: str | None) -> None:
     """Apply --attacks / --skip to a loaded scenario (BadInput, exit 2, for a name that is not an
     attack, or a choice that leaves none)."""
-    if not only and not skip:
+    if only is None and skip is None:  # an empty --attacks "" is bad input, not "all"
         return
     from harness.core.catalog import catalog
     from harness.core.errors import BadInput
