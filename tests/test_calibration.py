@@ -6,6 +6,7 @@ while a cheap copy fits inside it, and a first layer wider than its input (no sp
 import importlib.util
 import sys
 
+import pytest
 from conftest import REPO
 
 
@@ -17,6 +18,11 @@ def calibration():
     return mod
 
 
+# ~18 s CPU. In the default suite, leakmeter's side of both calls is covered by
+# test_spine_run.py::test_budget_is_respected_exactly_and_a_budget_stop_is_checked_by_a_surrogate (a
+# budget stop is checked by a surrogate under the same budget) and test_span_obfuscation.py::
+# test_a_first_layer_as_wide_as_the_input_hides_nothing (no span claimed where none can leak)
+@pytest.mark.slow
 def test_no_false_pass_and_no_false_fail_on_the_quick_panel(capsys):
     rows = calibration().main(["--quick"])
     by = {r["name"]: r for r in rows}

@@ -38,7 +38,7 @@ def choose(fn):
 def choose_attacks(s, only: str | None, skip: str | None) -> None:
     """Apply --attacks / --skip to a loaded scenario (BadInput, exit 2, for a name that is not an
     attack, or a choice that leaves none)."""
-    if not only and not skip:
+    if only is None and skip is None:  # an empty --attacks "" is bad input, not "all"
         return
     from harness.core.catalog import catalog
     from harness.core.errors import BadInput
@@ -281,7 +281,7 @@ def where_lines(report: dict) -> list[str]:
     tracking was off)."""
     out = report.get("outdir")
     run = report.get("mlflow_run_id")
-    lines = [f"report: {out}/report.md (html: {out}/report.html; json: {out}/report.json)"]
+    lines = [f"report: {out}/report.md (+ .html, .json)"]  # the folder once: fits 100 columns
     lines.append(f"mlflow run: {run} (`mlflow ui` here: the experiment opens on its runs)"
                  if run else "mlflow: off (no tracking)")
     return lines

@@ -54,8 +54,13 @@ def init(model, data, interface, output, activation, name, out, force, ask) -> N
     """Write a commented starting SCENARIO for your model and data, validated."""
     from harness.core.errors import BadInput
 
-    ask = sys.stdin.isatty() if ask is None else ask
     given = {"model": model, "data": data, "interface": interface, "output": output, "activation": activation}
+    if ask is None and not sys.stdin.isatty() and None in (model, data, interface):
+        # answers piped in (`printf ... | leakmeter init`) are not read unless asked for: say so
+        click.echo("leakmeter: note: stdin is not a terminal, so nothing is asked: what the flags leave "
+                   "out takes its default (model none, data digits, interface prediction); pass --ask "
+                   "to read the answers from stdin", err=True)
+    ask = sys.stdin.isatty() if ask is None else ask
     while True:
         try:
             return _init(given, name, out, force, ask)

@@ -41,20 +41,24 @@ def run(scenario, overrides, only, skip, json_path, out, tracking_uri, no_tracki
     """Run every attack the SCENARIO's deployment allows and print the verdict."""
     from harness.core.progress import begin, busy
 
-    begin()  # the clock starts here; on a terminal a live line says at once what loads
-    with busy(f"loading torch, MLflow and the attacks for {scenario}", announce=False):
-        pin_threads(threads)
+    begin()  # the clock starts with the command; nothing is printed before the scenario is read
+    # bad input is refused at once, in one line: the output paths and the scenario (YAML and its
+    # schema) are checked before torch is imported; then the first stage line says what loads
+    check_output_paths(out, json=json_path, sarif=sarif_path, junit=junit_path)
+    pin_threads(threads)
+    from harness.scenario import load_scenario
+
+    s = load_scenario(scenario, list(overrides), auth_env)
+    choose_attacks(s, only, skip)
+    # the first stage line (and a live line on a terminal), before the seconds of imports
+    with busy(f"loading {s.name} ({scenario}): importing torch and MLflow"):
         apply_trust(trust_model_code)
         from pathlib import Path
 
         from harness.core.interrupts import Interrupted
         from harness.run.runner import run_scenario
-        from harness.scenario import load_scenario
         from reports.verdict import exit_code
 
-    check_output_paths(out, json=json_path, sarif=sarif_path, junit=junit_path)
-    s = load_scenario(scenario, list(overrides), auth_env)
-    choose_attacks(s, only, skip)
     if no_tracking:
         s.tracking.enabled = False
     try:

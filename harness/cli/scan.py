@@ -50,16 +50,20 @@ from harness.core.threads import pin_threads
 def scan(scenario, overrides, baseline, tolerances, json_path, out, tracking_uri, verbose, fail_on,
          fail_on_verdict, sarif_path, junit_path, auth_env, trust_model_code, threads):
     """Scan the SCENARIO's endpoint and compare with a baseline run: exit 1 on a regression."""
-    pin_threads(threads)
-    apply_trust(trust_model_code)
     from pathlib import Path
 
+    from harness.core.progress import begin, busy
     from harness.scan.baseline import format_diff, parse_tolerances, run_scan
     from harness.scenario import load_scenario
 
+    begin()  # as `run`: bad input in one line at once, then the first stage line before torch loads
+    pin_threads(threads)
     check_output_paths(out, json=json_path, sarif=sarif_path, junit=junit_path)
     tol = parse_tolerances(tolerances)
     s = load_scenario(scenario, list(overrides), auth_env)
+    with busy(f"loading {s.name} ({scenario}): importing torch and MLflow"):
+        apply_trust(trust_model_code)
+        import harness.run.runner  # noqa: F401  (the scan's heavy imports, under the stage line)
     from harness.core.interrupts import Interrupted
 
     try:

@@ -57,18 +57,21 @@ from harness.sweep.compare import gather_experiment, gather_sweep, run_compare
 def sweep(scenario, grid, overrides, seeds, max_cells, jobs, executor, ray_address, out, tracking_uri, fresh,
           no_compare, sarif_path, junit_path, auth_env, trust_model_code, threads) -> None:
     """Run SCENARIO over a grid of defense settings; each cell a nested MLflow run; resumable."""
-    threads = pin_threads(threads)
-    apply_trust(trust_model_code)
+    from harness.core.progress import begin, busy
     from harness.scenario import apply_overrides, choose_auth_env, read_raw
     from harness.sweep.grid import plan_sweep, run_sweep
 
+    begin()  # as `run`: bad paths and a bad file in one line at once, then the first stage line
+    threads = pin_threads(threads)
     check_output_paths(out, sarif=sarif_path, junit=junit_path)
     if not grid:
         raise BadInput("--grid: give at least one KEY=V1,V2,... to sweep over")
     raw = choose_auth_env(apply_overrides(read_raw(scenario), list(overrides)), auth_env, scenario)
-    plan = plan_sweep(raw, scenario, list(grid), seeds, max_cells)
-    from harness.scenario.checks import preflight
-    from victims.http.endpoint import read_headers, read_token
+    with busy(f"loading {scenario} and its grid: importing torch and MLflow"):
+        apply_trust(trust_model_code)
+        plan = plan_sweep(raw, scenario, list(grid), seeds, max_cells)  # plans each cell's attacks
+        from harness.scenario.checks import preflight
+        from victims.http.endpoint import read_headers, read_token
 
     for cell, s in zip(plan.cells, plan.scenarios, strict=True):
         try:

@@ -37,6 +37,7 @@ from harness.core.output import WarningsCapture, existing, prune_empty
 from harness.core.progress import RunProgress, busy, stage, sub_bar
 from harness.rero.product import rero_section
 from harness.run.budget_check import budget_check, max_rows, settle_budget_stops
+from harness.run.heartbeat import heartbeat
 from harness.run.outputs import finish, log_attack, log_scenario
 from harness.scenario import Scenario
 from harness.scoring import is_blackbox, score
@@ -155,7 +156,8 @@ def _run_scenario(s: Scenario, live: RunProgress, tracking_uri, out, json_path, 
                               announce=not planned.attack.skip_reason(victim.info))
             entry = new_entry(planned)
             report["attacks"].append(entry)  # kept even if an interrupt cuts the attack short
-            run_attack(planned, oracle, victim, s, outdir, tracker, parent, entry)
+            with heartbeat(live):  # off a terminal: a line every few seconds while it works
+                run_attack(planned, oracle, victim, s, outdir, tracker, parent, entry)
             live.end_attack(_outcome(entry))
         cls = budget_check(report["attacks"], s)
         if cls is not None:  # a budget stop needs the cheapest attack under the same budget
@@ -164,7 +166,8 @@ def _run_scenario(s: Scenario, live: RunProgress, tracking_uri, out, json_path, 
             entry = new_entry(check)
             entry["added_by"] = "budget check"
             report["attacks"].append(entry)
-            run_attack(check, oracle, victim, s, outdir, tracker, parent, entry)
+            with heartbeat(live):
+                run_attack(check, oracle, victim, s, outdir, tracker, parent, entry)
             live.end_attack(_outcome(entry))
         settle_budget_stops(report["attacks"], s.policy.fail_on, s.defenses.query_budget)
         with busy("ReRo bounds"):

@@ -252,8 +252,11 @@ def test_page_escapes_template_syntax_and_tolerates_old_reports(tmp_path):
     assert "NO VERDICT" in page and "<td>a</td>" not in page and 'href="#atk-a"' in page
 
 
+# a browser each (~2 s CPU): pass and fail by default; error and inconclusive in the slow suite (their
+# class is test_banner_word_and_class_follow_the_verdict's; the class-to-colour path is the same)
 @needs_browser
-@pytest.mark.parametrize("verdict", ["pass", "fail", "error", "inconclusive"])
+@pytest.mark.parametrize("verdict", ["pass", "fail", pytest.param("error", marks=pytest.mark.slow),
+                                     pytest.param("inconclusive", marks=pytest.mark.slow)])
 def test_screenshot_shows_the_verdict_banner_in_its_colour(tmp_path, verdict):
     p = tmp_path / "report.html"
     p.write_text(to_html(verdict_report(tmp_path, verdict)))

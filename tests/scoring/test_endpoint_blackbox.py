@@ -70,7 +70,8 @@ def test_an_artifact_no_probe_could_verify_is_incomplete_never_low(tmp_path):
         remote["victim"]["endpoint"] = {"url": server.url, "max_rows": 2 + 300}
         remote["defenses"]["query_budget"] = 300
         remote["interface"] = {"kind": "prediction", "output": "probabilities"}
-        remote["attacks"] = [{"name": "surrogate"}]
+        # a short surrogate: what is checked is the cap, not how well it copies
+        remote["attacks"] = [{"name": "surrogate", "params": {"steps": 60, "final_steps": 60}}]
         rep = run_scenario(scenario_from_dict(remote), out=tmp_path / "o")
     finally:
         server.close()

@@ -68,6 +68,21 @@ def test_answers_to_the_questions(tmp_path, monkeypatch):
                                                                            "label")
 
 
+def test_piped_answers_without_ask_are_not_read_and_it_says_so(tmp_path, monkeypatch):
+    """`printf ... | leakmeter init`: stdin is not a terminal, so nothing is asked (CI must not hang);
+    a note says the defaults were taken and that --ask reads the answers. Flags that leave nothing
+    out, or an explicit --no-ask, get no note."""
+    monkeypatch.chdir(tmp_path)
+    res = leakmeter("init", input="none\nbreast_cancer\nprediction\nlabel\n")  # not a terminal
+    assert res.exit_code == 0 and "pass --ask to read the answers from stdin" in res.stderr, res.stderr
+    assert load_scenario(tmp_path / "digits.yaml").victim.data.dataset == "digits"  # the default
+    res = leakmeter("init", "--data", "breast_cancer", "--no-ask", input="x\n")
+    assert res.exit_code == 0 and "--ask" not in res.stderr, res.stderr
+    res = leakmeter("init", "--model", "none", "--data", "diabetes", "--interface", "prediction",
+                    input="x\n")
+    assert res.exit_code == 0 and "--ask" not in res.stderr, res.stderr
+
+
 def test_a_wrong_model_is_asked_again_at_once_and_other_answers_are_kept(tmp_path, monkeypatch):
     """The model is read as soon as it is named (before the other questions), the data too; a
     wrong answer is asked again and the others are kept; the experiment is the model's name."""

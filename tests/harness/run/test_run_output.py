@@ -43,9 +43,11 @@ def test_non_tty_run_prints_each_stage_and_keeps_warnings_in_the_report(tmp_path
                          capture_output=True, text=True, timeout=300)
     assert res.returncode in (0, 1), res.stderr[-2000:]
     stages = [ln for ln in res.stderr.splitlines() if re.match(r"leakmeter: \[ *\d+\.\d s\] ", ln)]
-    # a line per stage, the clock counting from the command's start (loading included)
-    assert stages[0].endswith("] dp: training the victim") and "dp: victim ready" in stages[1], stages
-    assert float(stages[0].split("[")[1].split(" s]")[0]) > 0.5, stages  # torch & co. took time
+    # the first line says what loads, before torch and MLflow are imported; then a line per stage,
+    # the clock counting from the command's start (loading included)
+    assert stages[0].endswith("] loading dp (dp.yaml): importing torch and MLflow"), stages
+    assert stages[1].endswith("] dp: training the victim") and "dp: victim ready" in stages[2], stages
+    assert float(stages[1].split("[")[1].split(" s]")[0]) > 0.5, stages  # torch & co. took time
     assert any(ln.endswith("] ReRo bounds") for ln in stages)  # what runs after the attacks says so
     assert any(ln.endswith("] writing report.json, report.md and report.html (with plots)") for ln in stages)
     # the summary: plain text when piped, no line over 100 columns, a line per attack and the verdict
@@ -232,9 +234,11 @@ def test_terminal_run_names_each_attack_with_one_live_bar(tmp_path):
     assert re.search(r"verdict: \x1b\[0m\x1b\[[0-9;]*m(fail|pass)\x1b\[0m", raw), raw[-1500:]
     summary = text[text.index("  span_nonadaptive "):].splitlines()
     assert summary[2].startswith("verdict: ") and max(len(ln) for ln in summary) <= 100, summary
-    # on a terminal, a live line says at once what is loading (and is erased when it is done)
-    first = next(p for p in pieces if p.strip())
-    assert first.startswith("  … loading torch, MLflow and the attacks for tty.yaml (0 s)"), pieces[:3]
+    # on a terminal too, the first line says at once what is loading, and a live line counts its seconds
+    first, live = [p for p in pieces if p.strip()][:2]
+    assert re.match(r"leakmeter: \[ *\d+\.\d s\] loading tty \(tty.yaml\): importing torch and MLflow$",
+                    first), pieces[:3]
+    assert live.startswith("  … loading tty (tty.yaml): importing torch and MLflow (0 s)"), pieces[:3]
 
 
 def test_mlflow_runs_page_shows_verdict_risk_and_scenario(two_runs):
@@ -253,3 +257,18 @@ def test_mlflow_runs_page_shows_verdict_risk_and_scenario(two_runs):
         assert (run.data.tags["verdict"], run.data.tags["risk"], run.data.tags["scenario"]) == (
             rep["verdict"], risk, "widths")
         assert "report.html" in [a.path for a in client.list_artifacts(run.info.run_id)]
+
+
+def test_the_summary_fits_100_columns_with_the_default_report_folder(capsys):
+    """The default folder (leakmeter-out/<scenario>-<time>) is named once: the summary's lines,
+    piped, stay within 100 columns for a scenario name of 30 characters."""
+    from harness.cli.common import print_summary
+
+    out = "leakmeter-out/quickstart-digits-gradient-2026-20261128-123009"
+    print_summary({"attacks": [{"name": "surrogate", "status": "ok", "risk": "high", "reason": "x " * 80,
+                                "metrics": {"agreement": 0.99}}],
+                   "verdict": "fail", "risk": "high", "verdict_reason": "risk high reaches fail_on",
+                   "outdir": out, "mlflow_run_id": "9c211665d2564c84a23bf3a308b40234"})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2] == f"report: {out}/report.md (+ .html, .json)", lines
+    assert max(len(ln) for ln in lines) <= 100, [ln for ln in lines if len(ln) > 100]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from click.testing import CliRunner
+from conftest import message_lines
 
 from harness.cli import main
 from harness.core.errors import BadInput
@@ -109,5 +112,10 @@ def test_cli_scan_refuses_an_incomparable_baseline_before_any_query(tmp_path, tr
                  "victim: {endpoint: {url: 'http://127.0.0.1:9/invocations', input_dim: 4}}\n")
     res = CliRunner().invoke(main, ["scan", str(f), "--tracking-uri", tracking_uri, "--baseline", foreign])
     assert res.exit_code == 2 and "refusing to compare incomparable runs" in res.output
+    # as `run`: the first stage line says what loads, before torch; the refusal comes after it
+    first = res.stderr.splitlines()[0]
+    loading = rf"leakmeter: \[ *\d+\.\d s\] loading scan-t \({re.escape(str(f))}\): importing"
+    assert re.match(loading, first), first
     res = CliRunner().invoke(main, ["scan", str(f), "--tolerance", "x=y"])
     assert res.exit_code == 2 and "--tolerance" in res.output
+    assert res.stderr.strip().splitlines() == message_lines(res.stderr)  # refused before that line

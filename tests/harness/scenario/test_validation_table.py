@@ -9,6 +9,7 @@ import time
 import pytest
 import yaml
 from click.testing import CliRunner
+from conftest import message_lines
 
 from harness.cli import main
 
@@ -130,7 +131,7 @@ def test_bad_input_is_exit_2_with_one_line_at_validate_and_run(row, tmp_path, mo
         res = CliRunner().invoke(main, command)
         took = time.process_time() - t0
         assert res.exit_code == 2, (command[0], res.output)
-        lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+        lines = message_lines(res.stderr)  # past `run`'s stage line saying what it loads
         assert len(lines) == 1 and lines[0].startswith("leakmeter: error: "), res.stderr
         assert "Traceback" not in res.output
         assert all(w in lines[0] for w in words), (words, lines[0])

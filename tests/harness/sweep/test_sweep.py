@@ -267,6 +267,8 @@ def test_small_sweep_compares_and_writes_ci_outputs(tmp_path, _mlflow_template, 
                     "--set", "defenses.dp_sgd=none", "--tracking-uri", uri, "--out", "out",
                     "--junit", "s.xml", "--sarif", "s.sarif")
     assert res.exit_code == 0, res.output + res.stderr
+    assert res.stderr.splitlines()[0].endswith(  # the first line, before torch and MLflow load
+        f"] loading {SCENARIO} and its grid: importing torch and MLflow"), res.stderr[:500]
     assert "recommended: query_budget=8" in res.output
     suites = {s.get("name"): s for s in ET.parse(tmp_path / "s.xml").getroot().findall("testsuite")}
     assert set(suites) == {"leakmeter sweep-digits [defenses.query_budget=8, seed=0]",

@@ -96,6 +96,10 @@ def test_an_echoed_token_straddling_the_cut_never_shows_in_part(mode, limit, mon
         assert "***" in text and not leaked(text), (mode, at, text)
 
 
+# ~6 s CPU (a CLI process with MLflow). In the default suite: the cut itself by
+# test_an_echoed_token_straddling_the_cut_never_shows_in_part (all three limits), and every output of
+# a CLI run (SARIF and JUnit included) by test_secrets.py's token case
+@pytest.mark.slow
 def test_no_piece_of_a_cut_token_reaches_any_output_report_or_mlflow_record(tmp_path, tracking_uri):
     """The whole CLI: stdout, stderr, report.json/md/html, --json, SARIF, JUnit, the MLflow store
     and its artifacts, params and tags."""

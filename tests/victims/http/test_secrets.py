@@ -1,7 +1,7 @@
 """Secrets never leave the process: a server that echoes the request URL and every header in its
 error bodies, a token from the environment, a query-string key and URL userinfo. The test greps
-stdout, stderr, every file written (reports, the MLflow store and its artifacts) and the MLflow
-params and tags for every form of the three values."""
+stdout, stderr, every file written (reports, SARIF, JUnit, the MLflow store and its artifacts) and
+the MLflow params and tags for every form of the three values."""
 
 from __future__ import annotations
 
@@ -97,13 +97,14 @@ def test_no_secret_reaches_any_output_report_or_mlflow_record(credential, tmp_pa
         else:
             scen = _scenario(tmp_path, f"http://{USER}:{PASSWORD.replace('/', '%2F')}@{base}")
         run = _leakmeter(["run", str(scen), "--tracking-uri", tracking_uri, "--out", "out", "--json",
-                          "r.json"], tmp_path, env)
+                          "r.json", "--sarif", "r.sarif", "--junit", "r.xml"], tmp_path, env)
         scan = _leakmeter(["scan", str(scen), "--tracking-uri", tracking_uri, "--out", "out2",
                            "--baseline", "none"], tmp_path, env)
     sent = srv.seen_auth[0]
     assert sent == (f"Bearer {TOKEN}" if credential == "token" else f"Basic {BASIC}")  # it was used
     assert srv.requests > 4  # the server did echo the request into errors
     report = json.loads((tmp_path / "r.json").read_text())
+    assert (tmp_path / "r.sarif").is_file() and (tmp_path / "r.xml").is_file()  # grepped below too
     reason = report["attacks"][0].get("reason", "")
     assert "HTTP 400" in reason and "***" in reason, reason  # the echo reached the report, masked
     for where, text in _everything(tmp_path, tracking_uri, [run.stdout, run.stderr, scan.stdout,
