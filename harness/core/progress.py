@@ -9,10 +9,10 @@ progress, with the queries as a suffix. Training the attacker's reference or sha
 stage line of the attack (`training 16 reference models`), never a bar of its own. Bars hide in CI
 and when stderr is not a terminal.
 
-The clock starts when the command starts (`begin`, before torch and MLflow are imported: on a
-terminal a live line says at once what is loading, and is erased when it is done, so bad input still
-ends in its one line; off a terminal the first stage line's time shows how long loading took), else
-when the run starts. Work between
+The clock starts when the command starts (`begin`, before torch and MLflow are imported); once the
+scenario is read (bad input ends earlier, in its one line) the first stage line says what is
+loading (`loading NAME (PATH): importing torch and MLflow`), else the clock starts when the run
+starts. Work between
 attacks that can take seconds (reports, plots, MLflow) is a stage line, and on a terminal a live
 spinner (`busy`) with the time it has taken so far.
 """
@@ -198,20 +198,21 @@ class AttackBar:
         name = self.label.split()[-1]  # "reconn: shadow models" under "attack 12/15 reconn"
         desc = desc.removeprefix(f"{name}: ")
         self.own = True
-        self.tq.reset(total=total)
-        self.tq.total = total  # reset(total=None) would keep the old total
+        # unit, description and total first: reset() redraws, and must draw the new bar
         self.tq.unit = "it"
         self.tq.set_description(f"{self.label}: {desc}", refresh=False)
+        self.tq.total = total  # reset(total=None) keeps whatever total is set
+        self.tq.reset(total=total)
         return _SubBar(self)
 
     def back_to_queries(self) -> None:
         self.own = False
-        self.tq.reset()
         self.tq.total = None
         self.tq.unit = "q"
-        self.tq.set_description(self.label, refresh=False)
+        self.tq.set_description_str(self.label, refresh=False)  # as constructed: one colon
         self.tq.set_postfix_str("", refresh=False)
         self._ceiling()
+        self.tq.reset()  # total None already: the frame it draws counts queries, never 0/N
         self.tq.update(self.queries)
 
     def close(self) -> None:
