@@ -376,6 +376,7 @@ def attempt(planned: Planned, view, ctx: RunContext, provider, victim, fail_on: 
     if entry["status"] != "skipped":
         truth = getattr(provider, "truth", None) or victim.truth  # a release's own truth
         _score_and_judge(atk, art, truth, victim.info, entry, fail_on)
+        entry["wall_s"] = round(time.perf_counter() - t0, 4)  # its scoring included, as its stage line
     if stop is not None:
         raise stop
     return art
