@@ -88,3 +88,35 @@ class ScaledOracle:
     def explain(self, z):
         g = self._oracle.explain(self.scale.to_x(torch.as_tensor(z, dtype=torch.float64)))
         return g * self.scale.sd.to(g)
+
+
+class AnswerScale(nn.Module):
+    """z·sd + mean: a regression copy's output in the answers' units from a standardised body
+    (fixed buffers, not trained). Without it a copy's last bias walks to a target of ~150 (the
+    diabetes answers) at Adam's learning rate per step, and training stops long before it fits."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("sd", torch.ones((), dtype=torch.float64))
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return z.double() * self.sd + self.mean
+
+
+@torch.no_grad()
+def refit_answer_scale(net: nn.Module, y: torch.Tensor) -> None:
+    """Set `net`'s AnswerScale to the mean and std of the answers `y` and re-express the linear
+    layer before it, so that the function is unchanged (a warm start stays warm)."""
+    heads = [m for m in net.modules() if isinstance(m, AnswerScale)]
+    y = y.reshape(-1).double()
+    if not heads or len(y) < 2:
+        return
+    head, last = heads[0], [m for m in net.modules() if isinstance(m, nn.Linear)][-1]
+    mean, sd = y.mean(), y.std()
+    sd = torch.where(sd > MIN_SD, sd, torch.ones_like(sd))
+    ratio, shift = head.sd / sd, (head.mean - mean) / sd
+    last.weight.mul_(ratio.to(last.weight))
+    last.bias.mul_(ratio.to(last.bias)).add_(shift.to(last.bias))
+    head.mean.copy_(mean)
+    head.sd.copy_(sd)

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
@@ -57,17 +57,19 @@ from pydantic import Field
 from torch import nn
 
 from harness.attacker.compute import place as place_work
-from harness.attacker.copy_losses import clean_answers, gradient_target, membership_loss
+from harness.attacker.copy_losses import LogitGap, clean_answers, gradient_target, membership_loss
 from harness.attacker.linear_copy import fit_linear
-from harness.attacker.scaling import PoolScale
+from harness.attacker.scaling import AnswerScale, PoolScale, refit_answer_scale
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
 from harness.core.answers import api_labels
 from harness.core.errors import AssumptionViolated
+from harness.core.optim import Adam
 
 GRID = (1, 2, 3, 5, 7)
 HOLDOUT_EVERY = 5  # every 5th answer is held out (20%)
 MIN_HELD = 50  # held-out answers needed before the curve may be called flat
+MLP_DTYPE = torch.float32  # the MLP copies' layers: half the CPU of float64 per step, same agreement
 
 
 class SurrogateParams(Params):
@@ -79,7 +81,7 @@ class SurrogateParams(Params):
     max_queries: int | None = Field(default=None, ge=1)  # None: the budget, else until flat
     min_queries: int = 2000  # a flat curve ends it only after this many queries (or the budget)
     cap_queries: int = 20000  # without a budget or max_queries: the most it asks
-    jitter: float = 1.0  # beyond the pool: pool points + N(0, (jitter·feature std)²); 0: pool only
+    jitter: float = 0.5  # beyond the pool: pool points + N(0, (jitter·feature std)²); 0: pool only
     steps: int = 300  # at most this many Adam steps per snapshot (early-stopped)
     final_steps: int = 300  # Adam steps on every answer after the last snapshot
     patience: int = 60  # steps without a better held-out loss before a snapshot stops
@@ -99,14 +101,31 @@ def checkpoints(limit: int) -> list[int]:
         scale *= 10
 
 
-def build_mlp(d: int, k: int, hidden: list[int], scale: PoolScale | None = None) -> nn.Sequential:
-    """A ReLU MLP d → hidden… → k in float64, behind the attacker's input standardisation."""
+class Cast(nn.Module):
+    """x in another floating dtype (the float32 body of an MLP copy: float64 in and out)."""
+
+    def __init__(self, dtype: torch.dtype):
+        super().__init__()
+        self.dtype = dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.to(self.dtype)
+
+
+def build_mlp(d: int, k: int, hidden: list[int], scale: PoolScale | None = None,
+              dtype: torch.dtype = torch.float64, answer_scale: bool = False) -> nn.Sequential:
+    """A ReLU MLP d → hidden… → k behind the attacker's input standardisation (float64), its
+    layers in `dtype`; it takes and returns float64. `answer_scale`: the output in the answers'
+    units through an AnswerScale (regression)."""
     layers: list[nn.Module] = [] if scale is None or scale.identity else [scale.layer()]
+    single = dtype != torch.float64
+    layers += [Cast(dtype)] if single else []
     widths = [d, *hidden]
     for a, b in zip(widths[:-1], widths[1:], strict=True):
-        layers += [nn.Linear(a, b), nn.ReLU()]
-    layers.append(nn.Linear(widths[-1], k))
-    return nn.Sequential(*layers).double()
+        layers += [nn.Linear(a, b, dtype=dtype), nn.ReLU()]
+    layers.append(nn.Linear(widths[-1], k, dtype=dtype))
+    tail = [AnswerScale()] if answer_scale else [Cast(torch.float64)] if single else []
+    return nn.Sequential(*layers, *tail)
 
 
 def query_stream(pool: torch.Tensor | None, n: int, jitter: float, low: float, high: float,
@@ -136,6 +155,12 @@ class Answers:
     x: torch.Tensor
     y: torch.Tensor
     g: torch.Tensor | None
+    gaps: dict = field(default_factory=dict)  # the logit-gap loss prepared for these answers
+
+    def gap(self, output: str, one_logit: bool) -> LogitGap:
+        if one_logit not in self.gaps:
+            self.gaps[one_logit] = LogitGap(self.y, output, one_logit)
+        return self.gaps[one_logit]
 
     def part(self, mask: torch.Tensor) -> Answers:
         return Answers(self.x[mask], self.y[mask], None if self.g is None else self.g[mask])
@@ -196,7 +221,7 @@ class Surrogate(Attack):
         notes.append(scale.describe())
         torch.manual_seed(ctx.seed)
         k = max(1, info.n_outputs)
-        net = build_mlp(info.dim, k, hidden, scale).to(dev)
+        net = build_mlp(info.dim, k, hidden, scale, MLP_DTYPE, info.task == "regression").to(dev)
         # the copies, each (linear?, hard labels?, network): noisy, rounded or top-k probabilities
         # add one that learns each answer's top class as a hard label; a linear copy (softmax-linear
         # or linear regression on the same standardised inputs) stands beside the MLP as a plain
@@ -208,7 +233,7 @@ class Surrogate(Attack):
             lin = build_mlp(info.dim, k, [], scale).to(dev)
             copies += [(True, False, lin)] + ([(True, True, copy.deepcopy(lin))] if two else [])
         # the linear copies are fitted by L-BFGS (harness/attacker/linear_copy.py), the MLPs by Adam
-        opts = [None if c[0] else torch.optim.Adam(c[2].parameters(), lr=p.lr) for c in copies]
+        opts = [None if c[0] else Adam(c[2].parameters(), lr=p.lr) for c in copies]
         chosen = 0
         ans = Answers(x_all[:0], None, None)
         snaps: list[tuple[int, int, nn.Module]] = []
@@ -225,10 +250,14 @@ class Surrogate(Attack):
                 bar.set_postfix_str(f"training on {n} answers (at most {n_max * cost} queries)")
             held = heldout_mask(n, dev)
             clean = clean_answers(ans.y, info.output)
+            for c in copies:
+                refit_answer_scale(c[2], ans.y[~held])
             live = [i for i, c in enumerate(copies) if not (c[1] and clean)]
+            # without held-out answers to stop on (under 10 points) a curve point trains `patience` steps
+            steps = p.steps if bool(held.any()) else min(p.steps, p.patience)
             for i in live:
                 self._train(copies[i][2], opts[i], ans.part(~held), ans.part(held), p, info, joint,
-                            p.steps, copies[i][1], copies[i][0])
+                            steps, copies[i][1], copies[i][0])
             chosen = self._pick([(i, copies[i][2]) for i in live], ans.part(held), info, clean)
             model = copy.deepcopy(copies[chosen][2]).eval()
             snaps.append((n * cost, n, model))
@@ -384,7 +413,9 @@ class Surrogate(Attack):
               hard: bool = False) -> torch.Tensor:
         x = a.x.detach().requires_grad_(joint)
         out = net(x)
-        loss = membership_loss(out, a.y, info.output, info.task, logits and not hard, hard)
+        gap = (a.gap(info.output, out.shape[1] == 1) if logits and not hard and info.task != "regression"
+               and info.output != "label" else None)
+        loss = membership_loss(out, a.y, info.output, info.task, logits and not hard, hard, gap)
         if joint:
             pred = (api_labels(a.y, info.output) if info.task != "regression"
                     else torch.zeros(len(x), dtype=torch.long, device=x.device))
@@ -426,7 +457,7 @@ class Surrogate(Attack):
             if watch and step % 10 == 9:
                 with torch.enable_grad() if joint else torch.no_grad():
                     h = float(self._loss(net, held, info, joint, p.lam, gscale, logits, hard).detach())
-                if h < best - 1e-9 * abs(best):
+                if state is None or h < best - 1e-9 * abs(best):
                     best, state, since = h, copy.deepcopy(net.state_dict()), 0
                 else:
                     since += 10
