@@ -82,8 +82,10 @@ class SurrogateParams(Params):
     min_queries: int = 2000  # a flat curve ends it only after this many queries (or the budget)
     cap_queries: int = 20000  # without a budget or max_queries: the most it asks
     jitter: float = 0.5  # beyond the pool: pool points + N(0, (jitter·feature std)²); 0: pool only
-    steps: int = 300  # at most this many Adam steps per snapshot (early-stopped)
-    final_steps: int = 300  # Adam steps on every answer after the last snapshot
+    steps: int | None = Field(default=None, ge=1)  # Adam steps per snapshot at most (early-stopped);
+    #   None: 300, or 150 with the joint loss (its answers carry d + 1 numbers a point)
+    final_steps: int | None = Field(default=None, ge=0)  # on every answer after the last snapshot;
+    #   None: 300, or 150 with the joint loss
     patience: int = 60  # steps without a better held-out loss before a snapshot stops
     lr: float = 3e-3
     weight_decay: float | None = Field(default=None, ge=0)  # None: 1e-4 on logit targets, else 1e-3
@@ -196,6 +198,7 @@ class Surrogate(Attack):
         if joint and not oracle.offers("explain"):
             raise AssumptionViolated("loss: joint needs an explanation API; this one only predicts")
         cost = 2 if joint else 1
+        most, final_steps = self._steps(p, joint)
         limit, limited_by = self._limit(oracle, p)
         n_max = limit // cost
         if n_max == 0:
@@ -254,7 +257,7 @@ class Surrogate(Attack):
                 refit_answer_scale(c[2], ans.y[~held])
             live = [i for i, c in enumerate(copies) if not (c[1] and clean)]
             # without held-out answers to stop on (under 10 points) a curve point trains `patience` steps
-            steps = p.steps if bool(held.any()) else min(p.steps, p.patience)
+            steps = most if bool(held.any()) else min(most, p.patience)
             for i in live:
                 self._train(copies[i][2], opts[i], ans.part(~held), ans.part(held), p, info, joint,
                             steps, copies[i][1], copies[i][0])
@@ -274,7 +277,7 @@ class Surrogate(Attack):
         linear, hard, net = copies[chosen]
         notes += self._form_notes(linear, hard, two and not clean_answers(ans.y, info.output),
                                   any(c[0] for c in copies))
-        self._train(net, opts[chosen], ans, None, p, info, joint, p.final_steps, hard, linear)
+        self._train(net, opts[chosen], ans, None, p, info, joint, final_steps, hard, linear)
         final = copy.deepcopy(net).eval()
         if bar is not None:
             bar.close()
@@ -308,9 +311,17 @@ class Surrogate(Attack):
         dims = [info.dim, *hidden, max(1, info.n_outputs)]
         fwd = 2.0 * sum(a * b for a, b in zip(dims, dims[1:], strict=False))
         step = (6 if joint else 3) * fwd * min(p.batch, n_max)  # the joint loss: a double backward
-        steps = p.steps * len(checkpoints(n_max)) + p.final_steps
+        most, final = Surrogate._steps(p, joint)
+        steps = most * len(checkpoints(n_max)) + final
         return place_work("surrogate", step * steps, f"{n_max} points, up to {steps} "
                                        "Adam steps", step)
+
+    @staticmethod
+    def _steps(p: SurrogateParams, joint: bool) -> tuple[int, int]:
+        """(Adam steps per snapshot at most, steps after the last snapshot)."""
+        default = 150 if joint else 300
+        return (p.steps if p.steps is not None else default,
+                p.final_steps if p.final_steps is not None else default)
 
     @staticmethod
     def _limit(oracle, p: SurrogateParams) -> tuple[int, str]:
@@ -410,7 +421,7 @@ class Surrogate(Attack):
 
     @staticmethod
     def _loss(net, a: Answers, info, joint: bool, lam: float, gscale, logits: bool,
-              hard: bool = False) -> torch.Tensor:
+              hard: bool = False, train: bool = True) -> torch.Tensor:
         x = a.x.detach().requires_grad_(joint)
         out = net(x)
         gap = (a.gap(info.output, out.shape[1] == 1) if logits and not hard and info.task != "regression"
@@ -420,7 +431,7 @@ class Surrogate(Attack):
             pred = (api_labels(a.y, info.output) if info.task != "regression"
                     else torch.zeros(len(x), dtype=torch.long, device=x.device))
             target = gradient_target(out, info.gradient_of, info.gradient_class, pred)
-            (gx,) = torch.autograd.grad(target.sum(), x, create_graph=True)
+            (gx,) = torch.autograd.grad(target.sum(), x, create_graph=train)
             loss = (gx - a.g).pow(2).sum(1).mean() / gscale + lam * loss
         return loss
 
@@ -456,7 +467,8 @@ class Surrogate(Attack):
             opt.step()
             if watch and step % 10 == 9:
                 with torch.enable_grad() if joint else torch.no_grad():
-                    h = float(self._loss(net, held, info, joint, p.lam, gscale, logits, hard).detach())
+                    h = float(self._loss(net, held, info, joint, p.lam, gscale, logits, hard,
+                                         train=False).detach())
                 if state is None or h < best - 1e-9 * abs(best):
                     best, state, since = h, copy.deepcopy(net.state_dict()), 0
                 else:
