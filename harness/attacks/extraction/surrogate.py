@@ -352,12 +352,16 @@ class Surrogate(Attack):
         with torch.no_grad():
             new_out = model(held.x)
             old_out = old(held.x) if old is not None else None
-        if info.task == "regression":
+        if info.task == "regression":  # R², and its gain's paired s.e. from per-answer squared errors
             y = held.y.reshape(-1).double()
-            var = float(y.var()) if len(y) > 1 else 0.0
-            r2 = lambda o: 1.0 - float((o[:, 0] - y).pow(2).mean()) / max(var, 1e-300)  # noqa: E731
-            score = r2(new_out)
-            return score, (score - r2(old_out)) if old_out is not None else float("inf"), 0.0
+            var = max(float(y.var()) if len(y) > 1 else 0.0, 1e-300)
+            new_se = (new_out[:, 0] - y).pow(2) / var
+            score = 1.0 - float(new_se.mean())
+            if old_out is None:
+                return score, float("inf"), 0.0
+            diff = (old_out[:, 0] - y).pow(2) / var - new_se
+            se = float(diff.std()) / math.sqrt(len(diff)) if len(diff) > 1 else 0.0
+            return score, float(diff.mean()), se
         api = api_labels(held.y, info.output)
         new = api_labels(new_out, "logits")
         if old_out is None:
