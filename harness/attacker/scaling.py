@@ -1,7 +1,8 @@
 """The attacker's own input scaling: per-feature statistics of its pool (attacker knowledge, never
 the victim's training split), used to standardise the attacker's copies of the model as a plain
 scikit-learn thief does (StandardScaler fitted on its own queries). The model the attack hands
-over still takes the API's inputs as they are: the scaling is the copy's first layer.
+over still takes the API's inputs as they are: the scaling is the copy's first layer. A regression
+copy's output likewise leaves a standardised body through its answers' mean and std (AnswerScale).
 """
 
 from __future__ import annotations
@@ -88,6 +89,17 @@ class ScaledOracle:
     def explain(self, z):
         g = self._oracle.explain(self.scale.to_x(torch.as_tensor(z, dtype=torch.float64)))
         return g * self.scale.sd.to(g)
+
+
+class Cast(nn.Module):
+    """x in another floating dtype (the float32 body of an MLP copy: float64 in and out)."""
+
+    def __init__(self, dtype: torch.dtype):
+        super().__init__()
+        self.dtype = dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.to(self.dtype)
 
 
 class AnswerScale(nn.Module):

@@ -3,26 +3,33 @@
 Train a surrogate f̂ on the attacker's own queries and record its learning curve: the cheapest
 extraction, and the one that works on every API (deep nets, CNNs, rounded, top-k, label-only).
 Queries come from the attacker's pool (same distribution as the victim's data, disjoint from its
-training set: Sec. 4), then from pool points plus Gaussian jitter (`jitter` per-feature standard
-deviations, clipped to the declared input domain) once the pool is spent; or from N(0, I) (the
-unknown-distribution case, Sec. 5.3). Losses (Sec. 4): membership only, ℓ_M = cross-entropy
-against the returned probabilities (soft targets; logits through a softmax; labels one-hot;
-squared error for regression) — and, beyond the paper, where the answers carry logits (a logit
-API, or probabilities with no decimal grid, no negative entry and rows summing to 1), the squared
-error of the surrogate's logit differences against the answers' (log-probabilities against the
-top class), which on a digits MLP takes a 300-query copy from ~96% to ~98.5% agreement; rounded,
-noisy or top-k probabilities keep the cross-entropy alone — or, when the API explains, the joint
-ℓ_G + λ·ℓ_M with
-ℓ_G = ‖∇f(x) − ∇f̂(x)‖² matched by double backprop on the output the API explains (`gradient_of`).
-SmoothGrad explanations are matched as if they were raw gradients (App. D).
+training set: Sec. 4), then from pool points plus Gaussian jitter (`jitter`: 0.5 per-feature
+standard deviations, as a plain thief's; clipped to the declared input domain) once the pool is
+spent; or from N(0, I) (the unknown-distribution case, Sec. 5.3). Losses (Sec. 4): membership only,
+ℓ_M = cross-entropy against the returned probabilities (soft targets; logits through a softmax;
+labels one-hot; squared error for regression) — and, beyond the paper, where the answers carry
+logits (a logit API, or probabilities with no decimal grid, no negative entry and rows summing to
+1), the squared error of the surrogate's logit differences against the answers' (log-probabilities
+against the top class), which on a digits MLP takes a 300-query copy from ~96% to ~98.5% agreement;
+rounded, noisy or top-k probabilities keep the cross-entropy alone — or, when the API explains, the
+joint ℓ_G + λ·ℓ_M with ℓ_G = ‖∇f(x) − ∇f̂(x)‖² matched by double backprop on the output the API
+explains (`gradient_of`). SmoothGrad explanations are matched as if they were raw gradients (App.
+D).
 
 The surrogate class is a ReLU MLP: the victim's widths when the attacker is declared to know the
 architecture (`attacker.knows_architecture`, or a white-box release; "same class"), else `hidden`
 (the paper's "unknown model class", Sec. 5.2). Beyond the paper, so that leakmeter's thief is at
 least as strong as a plain one: Adam with weight decay (1e-4 on logit targets, 1e-3 on labels or
 cross-entropy alone); every 5th answer held out; at each snapshot
-(1, 2, 3, 5, 7, 10, 15, 20, 30, 50, … points, warm-started) training stops early on the held-out
-loss; after the last snapshot the model trains on every answer for `final_steps` more steps.
+(1, 2, 3, 5, 7, 10, 15, 20, 30, 50, … points, warm-started) training runs up to `steps` steps and
+keeps the state with the lowest held-out loss, stopping after `patience` steps without a better
+one (a snapshot of under 10 points has no held-out answers: `patience` steps); after the last
+snapshot the model trains on every answer for `final_steps` more steps. `steps` and `final_steps`
+are 300, or 150 with the joint loss (d + 1 targets a point: a copy of the digits quickstart reaches
+99.6% in 150). The MLP's layers compute in float32 (the copy takes and returns float64; half the
+CPU of float64 a step at the same agreement); a regression copy's output goes through its answers'
+mean and std (`AnswerScale`, refitted at every snapshot without changing the function), so its
+last bias need not walk to a target of ~150 at Adam's step size.
 
 Inputs as a plain thief takes them: the surrogate's first layer standardises with the attacker
 pool's per-feature mean and std (attacker knowledge, reported; identity without a pool), so raw
@@ -35,15 +42,15 @@ loss), since an MLP fitted to a few hundred answers of a linear model generalise
 linear fit. At every snapshot the copy that agrees with the most held-out answers' top class is
 kept, ties going to the lower held-out loss (`hard_labels`, `linear_copy` say which won).
 
-How many queries: the whole query budget when there is one; without one, snapshots continue
-until the attacker's own learning curve is flat — held-out agreement with the API (regression:
-held-out R²) no better than the snapshot at half as many points, by more than its paired standard
-error (×2) or 0.5 points — after at least `min_queries`, up to `cap_queries`. Stopped at the
-budget: `stopped_by: budget`. Stopped at its own cap (`max_queries`, `cap_queries`, or a pool
-without jitter) while the curve still rose: `stopped_by: cap` (incomplete unless the scored
-surrogate reaches fail_on). ℓ_G is normalised by the mean squared gradient norm so λ is
-scale-free; queries are counted as the oracle counts them (a point with its explanation costs 2).
-"""
+How many queries: the whole query budget when there is one; without one, snapshots continue until
+the attacker's own learning curve is flat — held-out agreement with the API (regression: held-out
+R²) no better than the snapshot at half as many points, by more than its paired standard error (×2;
+for R² from the per-answer squared errors) or 0.5 points — after at least `min_queries`, up to
+`cap_queries`. Stopped at the budget: `stopped_by: budget`. Stopped at its own cap (`max_queries`,
+`cap_queries`, or a pool without jitter) while the curve still rose: `stopped_by: cap` (incomplete
+unless the scored surrogate reaches fail_on). ℓ_G is normalised by the mean squared gradient norm
+so λ is scale-free; queries are counted as the oracle counts them (a point with its explanation
+costs 2)."""
 
 from __future__ import annotations
 
@@ -59,7 +66,7 @@ from torch import nn
 from harness.attacker.compute import place as place_work
 from harness.attacker.copy_losses import LogitGap, clean_answers, gradient_target, membership_loss
 from harness.attacker.linear_copy import fit_linear
-from harness.attacker.scaling import AnswerScale, PoolScale, refit_answer_scale
+from harness.attacker.scaling import AnswerScale, Cast, PoolScale, refit_answer_scale
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
 from harness.core.answers import api_labels
@@ -101,17 +108,6 @@ def checkpoints(limit: int) -> list[int]:
                 return sorted(set(out + [limit])) if limit >= 1 else []
             out.append(g * scale)
         scale *= 10
-
-
-class Cast(nn.Module):
-    """x in another floating dtype (the float32 body of an MLP copy: float64 in and out)."""
-
-    def __init__(self, dtype: torch.dtype):
-        super().__init__()
-        self.dtype = dtype
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.to(self.dtype)
 
 
 def build_mlp(d: int, k: int, hidden: list[int], scale: PoolScale | None = None,
