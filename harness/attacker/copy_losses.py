@@ -51,43 +51,68 @@ def carries_logit(y: torch.Tensor) -> torch.Tensor:
     return ok
 
 
+class LogitGap:
+    """The logit-gap loss against fixed answers `y`: everything that depends only on the answers
+    (their log-probabilities, censoring, scale) computed once, so a copy trained for hundreds of
+    steps on the same answers pays only for its own outputs (`__call__`)."""
+
+    def __init__(self, y: torch.Tensor, output: str, one_logit: bool):
+        y = y.reshape(len(y), -1)
+        probs = output == "probabilities"
+        t = torch.log(y.clamp_min(1e-300)) if probs else y
+        ok = carries_logit(y) if probs else torch.ones_like(y, dtype=torch.bool)
+        self.cut = torch.log(torch.tensor(FLOOR, dtype=t.dtype, device=t.device))
+        self.kind = "pair" if one_logit and t.shape[1] == 2 else "one" if one_logit else "rows"
+        if self.kind == "pair":  # [p₀, p₁] for a one-logit model: log p₁ − log p₀
+            target, exact = t[:, 1:] - t[:, :1], ok.all(1, keepdim=True)
+            self.use = torch.ones_like(exact)
+            self.t, self.ok = t, ok
+        elif self.kind == "one":
+            target, exact = t, y > 0 if probs else ok
+            self.use = exact
+        else:
+            self.top = t.argmax(1, keepdim=True)
+            target = t - t.gather(1, self.top)
+            self.use = torch.arange(t.shape[1], device=t.device)[None] != self.top
+            exact = ok & self.use
+            self.ok, self.cap = ok, self.cut - t.gather(1, self.top)
+        self.target, self.exact = target, exact
+        self.any = bool(self.use.any())
+        scale = target[exact].pow(2).mean() if bool(exact.any()) else self.cut.pow(2)
+        self.scale = scale.clamp_min(1e-12)
+
+    def __call__(self, out: torch.Tensor) -> torch.Tensor:
+        if not self.any:
+            return out.sum() * 0.0
+        if self.kind == "pair":
+            t, ok = self.t, self.ok
+            above = torch.relu((t[:, 1:] - self.cut) - out)  # p₀ censored: the logit is at least this
+            below = torch.relu(out - (self.cut - t[:, :1]))  # p₁ censored: at most this
+            resid = torch.where(self.exact, out - self.target, torch.where(ok[:, :1], below, above))
+        elif self.kind == "one":
+            resid = out - self.target
+        else:
+            diff = out - out.gather(1, self.top)
+            resid = torch.where(self.ok, diff - self.target, torch.relu(diff - self.cap))
+        return resid[self.use].pow(2).mean() / self.scale
+
+
 def logit_gap_loss(out: torch.Tensor, y: torch.Tensor, output: str) -> torch.Tensor:
     """Squared error of the surrogate's logit differences against the answers' (log-probabilities
     for a probability API), relative to the answers' own mean square: each row against its top
     class (K outputs), or the single logit (one output). An entry that carries no logit
     (`carries_logit`) is censored: only a gap above log FLOOR − log p_top is penalised."""
-    y = y.reshape(len(y), -1)
-    probs = output == "probabilities"
-    t = torch.log(y.clamp_min(1e-300)) if probs else y
-    ok = carries_logit(y) if probs else torch.ones_like(y, dtype=torch.bool)
-    cut = torch.log(torch.tensor(FLOOR, dtype=t.dtype, device=t.device))
-    if out.shape[1] == 1 and t.shape[1] == 2:  # [p₀, p₁] for a one-logit model: log p₁ − log p₀
-        target, exact = t[:, 1:] - t[:, :1], ok.all(1, keepdim=True)
-        above = torch.relu((t[:, 1:] - cut) - out)  # p₀ censored: the logit is at least this
-        below = torch.relu(out - (cut - t[:, :1]))  # p₁ censored: at most this
-        resid = torch.where(exact, out - target, torch.where(ok[:, :1], below, above))
-        use = torch.ones_like(exact)
-    elif out.shape[1] == 1:
-        target, exact = t, y > 0 if probs else ok
-        resid, use = out - target, exact
-    else:
-        top = t.argmax(1, keepdim=True)
-        diff, target = out - out.gather(1, top), t - t.gather(1, top)
-        use = torch.arange(t.shape[1], device=t.device)[None] != top
-        exact = ok & use
-        resid = torch.where(ok, diff - target, torch.relu(diff - (cut - t.gather(1, top))))
-    if not bool(use.any()):
-        return out.sum() * 0.0
-    scale = (target[exact].pow(2).mean() if bool(exact.any()) else cut.pow(2)).clamp_min(1e-12)
-    return resid[use].pow(2).mean() / scale
+    return LogitGap(y, output, out.shape[1] == 1)(out)
 
 
 def membership_loss(out: torch.Tensor, y: torch.Tensor, output: str, task: str,
-                    logits: bool = False, hard: bool = False) -> torch.Tensor:
+                    logits: bool = False, hard: bool = False,
+                    gap: LogitGap | None = None) -> torch.Tensor:
     """ℓ_M: squared error for regression; else cross-entropy against labels or the returned
     probabilities (soft targets, clipped at 0 and renormalised; logits through a softmax), plus,
     when the answers carry logits (`logits`: clean probabilities or a logit API), the logit-gap
-    loss with the cross-entropy at weight 0.1. `hard`: each answer's top class as a label."""
+    loss with the cross-entropy at weight 0.1. `hard`: each answer's top class as a label. `gap`:
+    the logit-gap loss prepared for these answers (`LogitGap`), else built here."""
     if task == "regression":
         return (out[:, 0] - y.reshape(-1)).pow(2).mean()
     if hard and output != "label":
@@ -106,5 +131,5 @@ def membership_loss(out: torch.Tensor, y: torch.Tensor, output: str, task: str,
         q = q / q.sum(1, keepdim=True).clamp_min(1e-300)
         ce = -(q * torch.log_softmax(out, 1)).sum(1).mean()
     if logits and output != "label":
-        return logit_gap_loss(out, y, output) + 0.1 * ce
+        return (gap or LogitGap(y, output, out.shape[1] == 1))(out) + 0.1 * ce
     return ce

@@ -1,7 +1,8 @@
 """The attacker's own input scaling: per-feature statistics of its pool (attacker knowledge, never
 the victim's training split), used to standardise the attacker's copies of the model as a plain
 scikit-learn thief does (StandardScaler fitted on its own queries). The model the attack hands
-over still takes the API's inputs as they are: the scaling is the copy's first layer.
+over still takes the API's inputs as they are: the scaling is the copy's first layer. A regression
+copy's output likewise leaves a standardised body through its answers' mean and std (AnswerScale).
 """
 
 from __future__ import annotations
@@ -88,3 +89,46 @@ class ScaledOracle:
     def explain(self, z):
         g = self._oracle.explain(self.scale.to_x(torch.as_tensor(z, dtype=torch.float64)))
         return g * self.scale.sd.to(g)
+
+
+class Cast(nn.Module):
+    """x in another floating dtype (the float32 body of an MLP copy: float64 in and out)."""
+
+    def __init__(self, dtype: torch.dtype):
+        super().__init__()
+        self.dtype = dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.to(self.dtype)
+
+
+class AnswerScale(nn.Module):
+    """z·sd + mean: a regression copy's output in the answers' units from a standardised body
+    (fixed buffers, not trained). Without it a copy's last bias walks to a target of ~150 (the
+    diabetes answers) at Adam's learning rate per step, and training stops long before it fits."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("sd", torch.ones((), dtype=torch.float64))
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return z.double() * self.sd + self.mean
+
+
+@torch.no_grad()
+def refit_answer_scale(net: nn.Module, y: torch.Tensor) -> None:
+    """Set `net`'s AnswerScale to the mean and std of the answers `y` and re-express the linear
+    layer before it, so that the function is unchanged (a warm start stays warm)."""
+    heads = [m for m in net.modules() if isinstance(m, AnswerScale)]
+    y = y.reshape(-1).double()
+    if not heads or len(y) < 2:
+        return
+    head, last = heads[0], [m for m in net.modules() if isinstance(m, nn.Linear)][-1]
+    mean, sd = y.mean(), y.std()
+    sd = torch.where(sd > MIN_SD, sd, torch.ones_like(sd))
+    ratio, shift = head.sd / sd, (head.mean - mean) / sd
+    last.weight.mul_(ratio.to(last.weight))
+    last.bias.mul_(ratio.to(last.bias)).add_(shift.to(last.bias))
+    head.mean.copy_(mean)
+    head.sd.copy_(sd)

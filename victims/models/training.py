@@ -14,6 +14,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from defenses.dp_sgd import DPRecord, PrivateTraining
+from victims.models import optim
 
 
 def progress_disabled() -> bool:
@@ -69,7 +70,7 @@ def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: str, spec: A
         return _train_dp(model, x, y, crit, spec, dp_spec, seed, bar, hide, dp_tap)
     if spec.optimizer == "lbfgs":
         return _train_lbfgs(model, x, y, crit, spec)
-    opt = _optimizer(model, spec)
+    opt = _optimizer(model, spec, optim)
     full_batch = spec.batch_size is None or spec.steps is not None
     rec = TrainRecord()
     gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -99,11 +100,13 @@ def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: str, spec: A
     return rec
 
 
-def _optimizer(model: nn.Module, spec: Any, weight_decay: float = 0.0) -> torch.optim.Optimizer:
+def _optimizer(model: nn.Module, spec: Any, kind: Any, weight_decay: float = 0.0):
+    """The recipe's Adam or SGD from `kind`: victims/models/optim.py (no torch._dynamo import; the
+    same updates), or torch.optim where Opacus wraps the optimizer (DP-SGD)."""
     if spec.optimizer == "adam":
-        return torch.optim.Adam(model.parameters(), lr=spec.lr, weight_decay=weight_decay)
-    return torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum,
-                           weight_decay=weight_decay)
+        return kind.Adam(model.parameters(), lr=spec.lr, weight_decay=weight_decay)
+    return kind.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum,
+                    weight_decay=weight_decay)
 
 
 NEWTON_MAX_PARAMS = 2000  # small models (GLMs): finish L-BFGS with exact Newton steps
@@ -174,7 +177,7 @@ def _train_dp(model, x, y, crit, spec, dp_spec, seed, bar, hide, tap=None) -> Tr
     loader = DataLoader(TensorDataset(x, y), batch_size=bs, shuffle=True, generator=gen)
     epochs = spec.epochs if spec.steps is None else max(1, round(spec.steps * bs / len(x)))
     priv = PrivateTraining(dp_spec, epochs)
-    opt = _optimizer(model, spec, weight_decay=spec.weight_decay)
+    opt = _optimizer(model, spec, torch.optim, weight_decay=spec.weight_decay)
     pmodel, popt, ploader = priv.wrap(model, opt, loader, crit, tap=tap)
     pmodel.train()
     rec = TrainRecord()

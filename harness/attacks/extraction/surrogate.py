@@ -3,26 +3,33 @@
 Train a surrogate f̂ on the attacker's own queries and record its learning curve: the cheapest
 extraction, and the one that works on every API (deep nets, CNNs, rounded, top-k, label-only).
 Queries come from the attacker's pool (same distribution as the victim's data, disjoint from its
-training set: Sec. 4), then from pool points plus Gaussian jitter (`jitter` per-feature standard
-deviations, clipped to the declared input domain) once the pool is spent; or from N(0, I) (the
-unknown-distribution case, Sec. 5.3). Losses (Sec. 4): membership only, ℓ_M = cross-entropy
-against the returned probabilities (soft targets; logits through a softmax; labels one-hot;
-squared error for regression) — and, beyond the paper, where the answers carry logits (a logit
-API, or probabilities with no decimal grid, no negative entry and rows summing to 1), the squared
-error of the surrogate's logit differences against the answers' (log-probabilities against the
-top class), which on a digits MLP takes a 300-query copy from ~96% to ~98.5% agreement; rounded,
-noisy or top-k probabilities keep the cross-entropy alone — or, when the API explains, the joint
-ℓ_G + λ·ℓ_M with
-ℓ_G = ‖∇f(x) − ∇f̂(x)‖² matched by double backprop on the output the API explains (`gradient_of`).
-SmoothGrad explanations are matched as if they were raw gradients (App. D).
+training set: Sec. 4), then from pool points plus Gaussian jitter (`jitter`: 0.5 per-feature
+standard deviations, as a plain thief's; clipped to the declared input domain) once the pool is
+spent; or from N(0, I) (the unknown-distribution case, Sec. 5.3). Losses (Sec. 4): membership only,
+ℓ_M = cross-entropy against the returned probabilities (soft targets; logits through a softmax;
+labels one-hot; squared error for regression) — and, beyond the paper, where the answers carry
+logits (a logit API, or probabilities with no decimal grid, no negative entry and rows summing to
+1), the squared error of the surrogate's logit differences against the answers' (log-probabilities
+against the top class), which on a digits MLP takes a 300-query copy from ~96% to ~98.5% agreement;
+rounded, noisy or top-k probabilities keep the cross-entropy alone — or, when the API explains, the
+joint ℓ_G + λ·ℓ_M with ℓ_G = ‖∇f(x) − ∇f̂(x)‖² matched by double backprop on the output the API
+explains (`gradient_of`). SmoothGrad explanations are matched as if they were raw gradients (App.
+D).
 
 The surrogate class is a ReLU MLP: the victim's widths when the attacker is declared to know the
 architecture (`attacker.knows_architecture`, or a white-box release; "same class"), else `hidden`
 (the paper's "unknown model class", Sec. 5.2). Beyond the paper, so that leakmeter's thief is at
 least as strong as a plain one: Adam with weight decay (1e-4 on logit targets, 1e-3 on labels or
 cross-entropy alone); every 5th answer held out; at each snapshot
-(1, 2, 3, 5, 7, 10, 15, 20, 30, 50, … points, warm-started) training stops early on the held-out
-loss; after the last snapshot the model trains on every answer for `final_steps` more steps.
+(1, 2, 3, 5, 7, 10, 15, 20, 30, 50, … points, warm-started) training runs up to `steps` steps and
+keeps the state with the lowest held-out loss, stopping after `patience` steps without a better
+one (a snapshot of under 10 points has no held-out answers: `patience` steps); after the last
+snapshot the model trains on every answer for `final_steps` more steps. `steps` and `final_steps`
+are 300, or 150 with the joint loss (d + 1 targets a point: a copy of the digits quickstart reaches
+99.6% in 150). The MLP's layers compute in float32 (the copy takes and returns float64; half the
+CPU of float64 a step at the same agreement); a regression copy's output goes through its answers'
+mean and std (`AnswerScale`, refitted at every snapshot without changing the function), so its
+last bias need not walk to a target of ~150 at Adam's step size.
 
 Inputs as a plain thief takes them: the surrogate's first layer standardises with the attacker
 pool's per-feature mean and std (attacker knowledge, reported; identity without a pool), so raw
@@ -35,21 +42,21 @@ loss), since an MLP fitted to a few hundred answers of a linear model generalise
 linear fit. At every snapshot the copy that agrees with the most held-out answers' top class is
 kept, ties going to the lower held-out loss (`hard_labels`, `linear_copy` say which won).
 
-How many queries: the whole query budget when there is one; without one, snapshots continue
-until the attacker's own learning curve is flat — held-out agreement with the API (regression:
-held-out R²) no better than the snapshot at half as many points, by more than its paired standard
-error (×2) or 0.5 points — after at least `min_queries`, up to `cap_queries`. Stopped at the
-budget: `stopped_by: budget`. Stopped at its own cap (`max_queries`, `cap_queries`, or a pool
-without jitter) while the curve still rose: `stopped_by: cap` (incomplete unless the scored
-surrogate reaches fail_on). ℓ_G is normalised by the mean squared gradient norm so λ is
-scale-free; queries are counted as the oracle counts them (a point with its explanation costs 2).
-"""
+How many queries: the whole query budget when there is one; without one, snapshots continue until
+the attacker's own learning curve is flat — held-out agreement with the API (regression: held-out
+R²) no better than the snapshot at half as many points, by more than its paired standard error (×2;
+for R² from the per-answer squared errors) or 0.5 points — after at least `min_queries`, up to
+`cap_queries`. Stopped at the budget: `stopped_by: budget`. Stopped at its own cap (`max_queries`,
+`cap_queries`, or a pool without jitter) while the curve still rose: `stopped_by: cap` (incomplete
+unless the scored surrogate reaches fail_on). ℓ_G is normalised by the mean squared gradient norm
+so λ is scale-free; queries are counted as the oracle counts them (a point with its explanation
+costs 2)."""
 
 from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
@@ -57,17 +64,19 @@ from pydantic import Field
 from torch import nn
 
 from harness.attacker.compute import place as place_work
-from harness.attacker.copy_losses import clean_answers, gradient_target, membership_loss
+from harness.attacker.copy_losses import LogitGap, clean_answers, gradient_target, membership_loss
 from harness.attacker.linear_copy import fit_linear
-from harness.attacker.scaling import PoolScale
+from harness.attacker.scaling import AnswerScale, Cast, PoolScale, refit_answer_scale
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
 from harness.core.answers import api_labels
 from harness.core.errors import AssumptionViolated
+from harness.core.optim import Adam
 
 GRID = (1, 2, 3, 5, 7)
 HOLDOUT_EVERY = 5  # every 5th answer is held out (20%)
 MIN_HELD = 50  # held-out answers needed before the curve may be called flat
+MLP_DTYPE = torch.float32  # the MLP copies' layers: half the CPU of float64 per step, same agreement
 
 
 class SurrogateParams(Params):
@@ -79,9 +88,11 @@ class SurrogateParams(Params):
     max_queries: int | None = Field(default=None, ge=1)  # None: the budget, else until flat
     min_queries: int = 2000  # a flat curve ends it only after this many queries (or the budget)
     cap_queries: int = 20000  # without a budget or max_queries: the most it asks
-    jitter: float = 1.0  # beyond the pool: pool points + N(0, (jitter·feature std)²); 0: pool only
-    steps: int = 300  # at most this many Adam steps per snapshot (early-stopped)
-    final_steps: int = 300  # Adam steps on every answer after the last snapshot
+    jitter: float = 0.5  # beyond the pool: pool points + N(0, (jitter·feature std)²); 0: pool only
+    steps: int | None = Field(default=None, ge=1)  # Adam steps per snapshot at most (early-stopped);
+    #   None: 300, or 150 with the joint loss (its answers carry d + 1 numbers a point)
+    final_steps: int | None = Field(default=None, ge=0)  # on every answer after the last snapshot;
+    #   None: 300, or 150 with the joint loss
     patience: int = 60  # steps without a better held-out loss before a snapshot stops
     lr: float = 3e-3
     weight_decay: float | None = Field(default=None, ge=0)  # None: 1e-4 on logit targets, else 1e-3
@@ -99,14 +110,20 @@ def checkpoints(limit: int) -> list[int]:
         scale *= 10
 
 
-def build_mlp(d: int, k: int, hidden: list[int], scale: PoolScale | None = None) -> nn.Sequential:
-    """A ReLU MLP d → hidden… → k in float64, behind the attacker's input standardisation."""
+def build_mlp(d: int, k: int, hidden: list[int], scale: PoolScale | None = None,
+              dtype: torch.dtype = torch.float64, answer_scale: bool = False) -> nn.Sequential:
+    """A ReLU MLP d → hidden… → k behind the attacker's input standardisation (float64), its
+    layers in `dtype`; it takes and returns float64. `answer_scale`: the output in the answers'
+    units through an AnswerScale (regression)."""
     layers: list[nn.Module] = [] if scale is None or scale.identity else [scale.layer()]
+    single = dtype != torch.float64
+    layers += [Cast(dtype)] if single else []
     widths = [d, *hidden]
     for a, b in zip(widths[:-1], widths[1:], strict=True):
-        layers += [nn.Linear(a, b), nn.ReLU()]
-    layers.append(nn.Linear(widths[-1], k))
-    return nn.Sequential(*layers).double()
+        layers += [nn.Linear(a, b, dtype=dtype), nn.ReLU()]
+    layers.append(nn.Linear(widths[-1], k, dtype=dtype))
+    tail = [AnswerScale()] if answer_scale else [Cast(torch.float64)] if single else []
+    return nn.Sequential(*layers, *tail)
 
 
 def query_stream(pool: torch.Tensor | None, n: int, jitter: float, low: float, high: float,
@@ -136,6 +153,12 @@ class Answers:
     x: torch.Tensor
     y: torch.Tensor
     g: torch.Tensor | None
+    gaps: dict = field(default_factory=dict)  # the logit-gap loss prepared for these answers
+
+    def gap(self, output: str, one_logit: bool) -> LogitGap:
+        if one_logit not in self.gaps:
+            self.gaps[one_logit] = LogitGap(self.y, output, one_logit)
+        return self.gaps[one_logit]
 
     def part(self, mask: torch.Tensor) -> Answers:
         return Answers(self.x[mask], self.y[mask], None if self.g is None else self.g[mask])
@@ -171,6 +194,7 @@ class Surrogate(Attack):
         if joint and not oracle.offers("explain"):
             raise AssumptionViolated("loss: joint needs an explanation API; this one only predicts")
         cost = 2 if joint else 1
+        most, final_steps = self._steps(p, joint)
         limit, limited_by = self._limit(oracle, p)
         n_max = limit // cost
         if n_max == 0:
@@ -196,7 +220,7 @@ class Surrogate(Attack):
         notes.append(scale.describe())
         torch.manual_seed(ctx.seed)
         k = max(1, info.n_outputs)
-        net = build_mlp(info.dim, k, hidden, scale).to(dev)
+        net = build_mlp(info.dim, k, hidden, scale, MLP_DTYPE, info.task == "regression").to(dev)
         # the copies, each (linear?, hard labels?, network): noisy, rounded or top-k probabilities
         # add one that learns each answer's top class as a hard label; a linear copy (softmax-linear
         # or linear regression on the same standardised inputs) stands beside the MLP as a plain
@@ -208,7 +232,7 @@ class Surrogate(Attack):
             lin = build_mlp(info.dim, k, [], scale).to(dev)
             copies += [(True, False, lin)] + ([(True, True, copy.deepcopy(lin))] if two else [])
         # the linear copies are fitted by L-BFGS (harness/attacker/linear_copy.py), the MLPs by Adam
-        opts = [None if c[0] else torch.optim.Adam(c[2].parameters(), lr=p.lr) for c in copies]
+        opts = [None if c[0] else Adam(c[2].parameters(), lr=p.lr) for c in copies]
         chosen = 0
         ans = Answers(x_all[:0], None, None)
         snaps: list[tuple[int, int, nn.Module]] = []
@@ -225,10 +249,14 @@ class Surrogate(Attack):
                 bar.set_postfix_str(f"training on {n} answers (at most {n_max * cost} queries)")
             held = heldout_mask(n, dev)
             clean = clean_answers(ans.y, info.output)
+            for c in copies:
+                refit_answer_scale(c[2], ans.y[~held])
             live = [i for i, c in enumerate(copies) if not (c[1] and clean)]
+            # without held-out answers to stop on (under 10 points) a curve point trains `patience` steps
+            steps = most if bool(held.any()) else min(most, p.patience)
             for i in live:
                 self._train(copies[i][2], opts[i], ans.part(~held), ans.part(held), p, info, joint,
-                            p.steps, copies[i][1], copies[i][0])
+                            steps, copies[i][1], copies[i][0])
             chosen = self._pick([(i, copies[i][2]) for i in live], ans.part(held), info, clean)
             model = copy.deepcopy(copies[chosen][2]).eval()
             snaps.append((n * cost, n, model))
@@ -245,7 +273,7 @@ class Surrogate(Attack):
         linear, hard, net = copies[chosen]
         notes += self._form_notes(linear, hard, two and not clean_answers(ans.y, info.output),
                                   any(c[0] for c in copies))
-        self._train(net, opts[chosen], ans, None, p, info, joint, p.final_steps, hard, linear)
+        self._train(net, opts[chosen], ans, None, p, info, joint, final_steps, hard, linear)
         final = copy.deepcopy(net).eval()
         if bar is not None:
             bar.close()
@@ -279,9 +307,17 @@ class Surrogate(Attack):
         dims = [info.dim, *hidden, max(1, info.n_outputs)]
         fwd = 2.0 * sum(a * b for a, b in zip(dims, dims[1:], strict=False))
         step = (6 if joint else 3) * fwd * min(p.batch, n_max)  # the joint loss: a double backward
-        steps = p.steps * len(checkpoints(n_max)) + p.final_steps
+        most, final = Surrogate._steps(p, joint)
+        steps = most * len(checkpoints(n_max)) + final
         return place_work("surrogate", step * steps, f"{n_max} points, up to {steps} "
                                        "Adam steps", step)
+
+    @staticmethod
+    def _steps(p: SurrogateParams, joint: bool) -> tuple[int, int]:
+        """(Adam steps per snapshot at most, steps after the last snapshot)."""
+        default = 150 if joint else 300
+        return (p.steps if p.steps is not None else default,
+                p.final_steps if p.final_steps is not None else default)
 
     @staticmethod
     def _limit(oracle, p: SurrogateParams) -> tuple[int, str]:
@@ -312,12 +348,16 @@ class Surrogate(Attack):
         with torch.no_grad():
             new_out = model(held.x)
             old_out = old(held.x) if old is not None else None
-        if info.task == "regression":
+        if info.task == "regression":  # R², and its gain's paired s.e. from per-answer squared errors
             y = held.y.reshape(-1).double()
-            var = float(y.var()) if len(y) > 1 else 0.0
-            r2 = lambda o: 1.0 - float((o[:, 0] - y).pow(2).mean()) / max(var, 1e-300)  # noqa: E731
-            score = r2(new_out)
-            return score, (score - r2(old_out)) if old_out is not None else float("inf"), 0.0
+            var = max(float(y.var()) if len(y) > 1 else 0.0, 1e-300)
+            new_se = (new_out[:, 0] - y).pow(2) / var
+            score = 1.0 - float(new_se.mean())
+            if old_out is None:
+                return score, float("inf"), 0.0
+            diff = (old_out[:, 0] - y).pow(2) / var - new_se
+            se = float(diff.std()) / math.sqrt(len(diff)) if len(diff) > 1 else 0.0
+            return score, float(diff.mean()), se
         api = api_labels(held.y, info.output)
         new = api_labels(new_out, "logits")
         if old_out is None:
@@ -381,15 +421,17 @@ class Surrogate(Attack):
 
     @staticmethod
     def _loss(net, a: Answers, info, joint: bool, lam: float, gscale, logits: bool,
-              hard: bool = False) -> torch.Tensor:
+              hard: bool = False, train: bool = True) -> torch.Tensor:
         x = a.x.detach().requires_grad_(joint)
         out = net(x)
-        loss = membership_loss(out, a.y, info.output, info.task, logits and not hard, hard)
+        gap = (a.gap(info.output, out.shape[1] == 1) if logits and not hard and info.task != "regression"
+               and info.output != "label" else None)
+        loss = membership_loss(out, a.y, info.output, info.task, logits and not hard, hard, gap)
         if joint:
             pred = (api_labels(a.y, info.output) if info.task != "regression"
                     else torch.zeros(len(x), dtype=torch.long, device=x.device))
             target = gradient_target(out, info.gradient_of, info.gradient_class, pred)
-            (gx,) = torch.autograd.grad(target.sum(), x, create_graph=True)
+            (gx,) = torch.autograd.grad(target.sum(), x, create_graph=train)
             loss = (gx - a.g).pow(2).sum(1).mean() / gscale + lam * loss
         return loss
 
@@ -425,8 +467,9 @@ class Surrogate(Attack):
             opt.step()
             if watch and step % 10 == 9:
                 with torch.enable_grad() if joint else torch.no_grad():
-                    h = float(self._loss(net, held, info, joint, p.lam, gscale, logits, hard).detach())
-                if h < best - 1e-9 * abs(best):
+                    h = float(self._loss(net, held, info, joint, p.lam, gscale, logits, hard,
+                                         train=False).detach())
+                if state is None or h < best - 1e-9 * abs(best):
                     best, state, since = h, copy.deepcopy(net.state_dict()), 0
                 else:
                     since += 10

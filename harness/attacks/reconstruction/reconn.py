@@ -44,6 +44,7 @@ from harness.attacker.compute import place as place_work
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
 from harness.core.errors import AttackFailed, AttackSkipped
+from harness.core.optim import RMSprop
 
 
 class ReconnParams(Params):
@@ -253,7 +254,7 @@ class Reconn(Attack):
         def net(v):  # the fitted φ, on the features' own device
             return fit(v.to(dev)).to(home)
 
-        opt = torch.optim.RMSprop(body.parameters(), lr=params.lr)
+        opt = RMSprop(body.parameters(), lr=params.lr)
         n, bs = len(f), max(1, params.batch)
         curve = []
         for ep in range(params.epochs):
