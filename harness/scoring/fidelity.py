@@ -94,6 +94,13 @@ def r2_level(r2: float) -> str:
     return "high" if r2 >= HIGH_R2 else "medium" if r2 >= MEDIUM_R2 else "low"
 
 
+def next_bar(score: float, regression: bool) -> float | None:
+    """The score the level above `score`'s needs (agreement: its agreement bar alone, which κ can
+    only raise; R² for regression); None at high."""
+    bars = (MEDIUM_R2, HIGH_R2) if regression else (MEDIUM_AGREEMENT, HIGH_AGREEMENT)
+    return next((b for b in bars if score < b), None)
+
+
 def judge_agreement(m: dict[str, float], what: str = "surrogate",
                     regression: bool = False) -> tuple[str, str]:
     """(risk, reason) from a surrogate's scored `fidelity` (label agreement, or R² against the

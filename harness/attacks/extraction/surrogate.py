@@ -48,9 +48,11 @@ R²) no better than the snapshot at half as many points, by more than its paired
 for R² from the per-answer squared errors) or 0.5 points — after at least `min_queries`, up to
 `cap_queries`. Stopped at the budget: `stopped_by: budget`. Stopped at its own cap (`max_queries`,
 `cap_queries`, or a pool without jitter) while the curve still rose: `stopped_by: cap` (incomplete
-unless the scored surrogate reaches fail_on). ℓ_G is normalised by the mean squared gradient norm
-so λ is scale-free; queries are counted as the oracle counts them (a point with its explanation
-costs 2)."""
+unless the scored surrogate reaches fail_on) — unless its held-out score plus log₂10 times its last
+gain per doubling (+2 s.e.) stays below the next risk level's bar: 10× the queries would not
+change its level (concave curves in log-queries), and a note says so. ℓ_G is normalised by the
+mean squared gradient norm so λ is scale-free; queries are counted as the oracle counts them (a
+point with its explanation costs 2)."""
 
 from __future__ import annotations
 
@@ -72,10 +74,12 @@ from harness.attacks.base import Artifact, Attack, Params
 from harness.core.answers import api_labels
 from harness.core.errors import AssumptionViolated
 from harness.core.optim import Adam
+from harness.scoring.fidelity import next_bar
 
 GRID = (1, 2, 3, 5, 7)
 HOLDOUT_EVERY = 5  # every 5th answer is held out (20%)
 MIN_HELD = 50  # held-out answers needed before the curve may be called flat
+REACH_DOUBLINGS = math.log2(10)  # a curve stopped at its cap is extrapolated to 10× the queries
 MLP_DTYPE = torch.float32  # the MLP copies' layers: half the CPU of float64 per step, same agreement
 
 
@@ -282,11 +286,17 @@ class Surrogate(Attack):
             if limited_by == "budget":
                 stopped, reason = "budget", f"the query budget paid for {n * cost} queries"
             else:
-                stopped = "cap"
                 why = (f"while the held-out agreement still rose ({gain:+.3f}, paired s.e. {se:.3f})"
                        if curve and math.isfinite(gain) else
                        "before its held-out answers could show whether it still improves")
                 reason = f"stopped at its own limit ({limited_by}: {n * cost} queries) {why}"
+                above = next_bar(curve[-1][1], info.task == "regression") if curve else None
+                reach = curve[-1][1] + REACH_DOUBLINGS * (gain + 2 * se) if curve else math.inf
+                if above is not None and math.isfinite(gain) and reach < above:
+                    notes.append(f"{reason}; at that gain per doubling (+2 s.e.) 10× the queries reach "
+                                 f"{reach:.3f}, below the next risk level's {above:g}: the cap hides none")
+                else:
+                    stopped = "cap"
         elif flat:
             notes.append(f"learning curve flat at {n * cost} queries (held-out gain over half as many "
                          f"points {gain:+.3f}, paired s.e. {se:.3f})")
