@@ -25,6 +25,15 @@ def pin_threads(n: int | None = None) -> int:
     return n
 
 
+def work_seconds() -> float:
+    """CPU seconds of this process over its thread count (LEAKMETER_THREADS): about the wall time
+    of its work on an idle machine, and unlike wall time not stretched by other jobs' load (an
+    attack's own time limit reads this, so load cannot turn a finished attack into a stopped one)."""
+    import time
+
+    return time.process_time() / max(1, int(os.environ.get("LEAKMETER_THREADS", "1") or 1))
+
+
 def _defaults() -> None:
     n = os.environ.get("LEAKMETER_THREADS", "1")
     for var in _VARS:

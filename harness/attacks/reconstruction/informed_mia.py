@@ -13,14 +13,13 @@ Clopper–Pearson interval, membership scorer).
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 from harness.attacks import register
 from harness.attacks.base import Artifact, Attack, Params
 from harness.attacks.reconstruction.reconn import format_outputs
 from harness.core.errors import AttackFailed, AttackSkipped, AttackStopped
+from harness.core.threads import work_seconds
 
 GROUP = 8  # games whose shadow models train in one batch (the CPU-time limit is checked between games)
 
@@ -29,7 +28,7 @@ class MIAParams(Params):
     games: int = 10  # released models (one secret bit each)
     shadows: int | None = None  # per hypothesis; None = 1 if the recipe is deterministic, else 8
     probes: int = 50  # pool points whose outputs represent a model (prediction APIs)
-    max_seconds: float = 30.0  # CPU seconds of this process (load does not move it), checked per game
+    max_seconds: float = 30.0  # work seconds (CPU / threads: load does not move it), per game
     slow_recipes: bool = False  # run even when shadows must be trained one by one
 
 
@@ -62,10 +61,10 @@ class InformedMIA(Attack):
         white = oracle.offers("weights")
         probe = rel.x_aux[: params.probes]
         info = oracle.info
-        guesses, llrs, t0, done, stop = [], [], time.process_time(), 0, None
+        guesses, llrs, t0, done, stop = [], [], work_seconds(), 0, None
         trained: dict[int, torch.Tensor] = {}
         for g, view in enumerate(rel.views):
-            if time.process_time() - t0 > params.max_seconds and done > 0:
+            if work_seconds() - t0 > params.max_seconds and done > 0:
                 stop = "time"
                 break
             cx = rel.candidates[g]
