@@ -15,6 +15,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from torch import nn
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 MAX_ITER = 100  # L-BFGS iterations per fit (warm-started: later fits start near their optimum)
 
@@ -35,23 +36,16 @@ def fit_linear(net: nn.Module, loss: Callable[[], torch.Tensor], n: int, c: floa
     params = [p for p in net.parameters() if p.requires_grad]
     l2 = 0.5 / (c * max(n, 1))
 
-    def put(flat: np.ndarray) -> None:
-        with torch.no_grad():
-            at = 0
-            for p in params:
-                k = p.numel()
-                p.copy_(torch.as_tensor(flat[at:at + k], dtype=p.dtype).reshape(p.shape))
-                at += k
-
     def objective(flat: np.ndarray) -> tuple[float, np.ndarray]:
-        put(flat)
+        with torch.no_grad():
+            vector_to_parameters(torch.as_tensor(flat, dtype=w.dtype, device=w.device), params)
         with torch.enable_grad():
             value = loss() + l2 * w.pow(2).sum()
             grads = torch.autograd.grad(value, params, allow_unused=True)
         g = [torch.zeros_like(p) if gi is None else gi for p, gi in zip(params, grads, strict=True)]
         return float(value.detach()), torch.cat([gi.reshape(-1) for gi in g]).double().cpu().numpy()
 
-    start = torch.cat([p.detach().reshape(-1) for p in params]).double().cpu().numpy()
+    start = parameters_to_vector(params).detach().double().cpu().numpy()
     res = minimize(objective, start, jac=True, method="L-BFGS-B",
                    options={"maxiter": MAX_ITER, "maxcor": 20, "gtol": 1e-9, "ftol": 1e-12})
     value, _ = objective(res.x)  # the parameters end at the solution scipy returns

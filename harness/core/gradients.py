@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.core.answers import decimal_grid, logit_signals
+from harness.core.answers import decimal_grid, float32_exact, logit_signals
 
 
 def fd_cost(dim: int) -> int:
@@ -66,8 +66,7 @@ def estimate_noise(oracle, gen: torch.Generator, points: int = 8, scale: float =
     f = logit_signals(raw, oracle.output).reshape(4, points, -1)
     ok = torch.isfinite(f).all(0).all(-1)
     f = f[:, ok]
-    fin = raw[torch.isfinite(raw).all(1)]
-    f32 = bool(len(fin)) and bool(torch.all(fin.float().double() == fin))
+    f32 = float32_exact(raw)
     scale_f = float(f[0].abs().median()) if f.numel() else 1.0
     rep = (f[0] - f[1]).abs()
     randomized = bool(rep.numel()) and float(rep.max()) > 0

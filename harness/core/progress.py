@@ -23,6 +23,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
 
@@ -57,10 +58,9 @@ def busy(text: str, announce: bool = True):
     if (_current is None and _T0 is None) or _hidden() or _cell:
         yield
         return
-    done = threading.Event()
     started = time.perf_counter()
 
-    def spin() -> None:  # drawn at once, redrawn twice a second, erased at the end
+    def spin(done: threading.Event) -> None:  # drawn at once, redrawn twice a second, erased at the end
         while True:
             sys.stderr.write(f"\r  … {text} ({time.perf_counter() - started:.0f} s)\x1b[K")
             sys.stderr.flush()
@@ -69,7 +69,16 @@ def busy(text: str, announce: bool = True):
         sys.stderr.write("\r\x1b[K")
         sys.stderr.flush()
 
-    t = threading.Thread(target=spin, daemon=True)
+    with alongside(spin):
+        yield
+
+
+@contextmanager
+def alongside(loop: Callable[[threading.Event], None]):
+    """Run `loop(done)` in a daemon thread while the body runs; `done` is set when the body ends,
+    and the thread is joined before the body's exit goes on (a line it prints comes first)."""
+    done = threading.Event()
+    t = threading.Thread(target=loop, args=(done,), daemon=True)
     t.start()
     try:
         yield

@@ -10,6 +10,8 @@ import time
 from contextlib import contextmanager
 from typing import Any
 
+from harness.core.progress import alongside
+
 EVERY_S = 4.0  # below the 5 s a reader takes for a hang
 
 
@@ -21,19 +23,13 @@ def heartbeat(live: Any, every: float = EVERY_S):
     if bar is None or not bar.hidden:
         yield
         return
-    done = threading.Event()
     t0 = time.perf_counter()
 
-    def beat() -> None:
+    def beat(done: threading.Event) -> None:
         while not done.wait(every):
             if live.bar is not bar:  # the attack has ended: its closing line is printed
                 return
             live.stage(f"still running ({time.perf_counter() - t0:.0f} s, {bar.queries} queries so far)")
 
-    t = threading.Thread(target=beat, daemon=True)
-    t.start()
-    try:
+    with alongside(beat):
         yield
-    finally:
-        done.set()
-        t.join()

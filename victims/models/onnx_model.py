@@ -181,11 +181,10 @@ class OnnxModel(nn.Module):
         out = torch.as_tensor(as_array(self._session.run([self.output_name], {self._input: arr})[0]))
         return out.reshape(len(x), -1)
 
-    def probabilities(self, x: torch.Tensor) -> torch.Tensor | None:
-        """The graph's probabilities exactly as it answers them (zeros and the last bits of a
-        1 − p column included), or None when its answer is not probabilities."""
-        if self.read_as != "probabilities":
-            return None
+    def probabilities(self, x: torch.Tensor) -> torch.Tensor:
+        """The graph's answer exactly as it computes it: where `read_as` is probabilities, its
+        probabilities with their zeros and the last bits of a 1 − p column (the backend asks only
+        then)."""
         return self._run(x).to(self.precision.dtype).to(x.device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

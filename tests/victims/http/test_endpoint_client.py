@@ -11,12 +11,11 @@ import json
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler
 
 import numpy as np
 import pytest
 import torch
-from loopback import LoopbackServer
+from loopback import JsonHandler, LoopbackServer
 
 from defenses.output import OutputDefenses
 from harness.core.errors import BadInput, BudgetExhausted
@@ -57,21 +56,8 @@ class FaultServer(LoopbackServer):
         self.lock = threading.Lock()
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+        class Handler(JsonHandler):
             disable_nagle_algorithm = True
-
-            def log_message(self, *args):
-                pass
-
-            def _send(self, status, raw: bytes, ctype="application/json", extra=None):
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(raw)))
-                for k, v in (extra or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(raw)
 
             def do_POST(self):  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -84,21 +70,21 @@ class FaultServer(LoopbackServer):
                 x = np.asarray(rows, dtype=np.float64)
                 p = softmax_rows(x)
                 if fault == "500":
-                    return self._send(500, b'{"error_code": "INTERNAL_ERROR"}')
+                    return self.reply(500, b'{"error_code": "INTERNAL_ERROR"}')
                 if fault == "html502":
-                    return self._send(502, b"<html><body>502 Bad Gateway</body></html>", "text/html")
+                    return self.reply(502, b"<html><body>502 Bad Gateway</body></html>", None, "text/html")
                 if fault == "html200":
-                    return self._send(200, b"<html><body>Please log in</body></html>", "text/html")
+                    return self.reply(200, b"<html><body>Please log in</body></html>", None, "text/html")
                 if fault == "429":
                     with outer.lock:
                         outer.rows_429 += len(rows)
-                    return self._send(429, b'{"error_code": "RATE_LIMITED"}',
+                    return self.reply(429, b'{"error_code": "RATE_LIMITED"}',
                                       extra={"Retry-After": retry_after})
                 if fault == "quota":
-                    return self._send(429, b'{"error_code": "RESOURCE_EXHAUSTED", "message": "spent"}')
+                    return self.reply(429, b'{"error_code": "RESOURCE_EXHAUSTED", "message": "spent"}')
                 if fault == "echo401":
                     echo = json.dumps({"message": f"bad key {self.headers.get('Authorization')}"})
-                    return self._send(401, echo.encode())
+                    return self.reply(401, echo.encode())
                 if fault == "drop":
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)
@@ -106,7 +92,7 @@ class FaultServer(LoopbackServer):
                 if fault == "sleep":
                     time.sleep(sleep_s)
                 if fault == "badjson":
-                    return self._send(200, b'{"predictions": [[0.1, 0.2')
+                    return self.reply(200, b'{"predictions": [[0.1, 0.2')
                 if fault == "nan":
                     p[0, 0] = np.nan
                 if fault == "cols":
@@ -115,7 +101,7 @@ class FaultServer(LoopbackServer):
                     p = p[1:]
                 out = {"result": {"scores": p.tolist()}} if protocol == "json" else {
                     "predictions": p.tolist()}
-                return self._send(200, json.dumps(out).encode())
+                return self.reply(200, json.dumps(out).encode())
 
         self._serve(Handler)
 
