@@ -43,9 +43,15 @@ def noise_for_epsilon(epsilon: float, delta: float, sample_rate: float, epochs: 
                       accountant: str) -> float:
     """σ that reaches (ε, δ) after `epochs` epochs at this sample rate: Opacus' own binary search
     (the σ `make_private_with_epsilon` picks), remembered, because every shadow and reference
-    model of a run asks the same question and each answer costs seconds of RDP arithmetic."""
+    model of a run asks the same question. Under the RDP accountant the search's ε comes from
+    the vectorised series of defenses/rdp.py (the same σ, ~10× faster than Opacus' scalar loop:
+    about a second of a DP digits run); other accountants are Opacus' as they are."""
     from opacus.accountants.utils import get_noise_multiplier
 
+    if accountant == "rdp":
+        from defenses import rdp
+
+        return rdp.noise_multiplier(epsilon, delta, sample_rate, epochs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return float(get_noise_multiplier(target_epsilon=epsilon, target_delta=delta,

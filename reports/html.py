@@ -97,7 +97,7 @@ def _curve_png(key: str, points: list) -> bytes | None:
     ax.set_xlabel(curve_x(key))
     ax.set_ylabel(key)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.17, right=0.97, bottom=0.16, top=0.95)  # fixed size: no tight_layout
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     plt.close(fig)

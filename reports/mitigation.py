@@ -65,6 +65,18 @@ def _env() -> SandboxedEnvironment:
 
 
 @cache
+def _condition(source: str):
+    """A compiled `when:` expression (compiled once per process, not once per attack entry)."""
+    return _env().compile_expression(source)
+
+
+@cache
+def _template(source: str):
+    """A compiled advice text template (once per process)."""
+    return _env().from_string(source)
+
+
+@cache
 def families() -> dict[str, Any]:
     """families.yaml: per family the goal, CWE, severity and risk-level definitions; statuses; verdicts."""
     return yaml.safe_load((ADVICE_DIR / "families.yaml").read_text(encoding="utf-8"))
@@ -213,13 +225,12 @@ def render_advice(entry: dict[str, Any], report: dict[str, Any], scenario: dict[
            "fail_on": fail_on}
     if sweep is not None:
         ctx["sweep"] = sweep
-    env = _env()
     out = []
     for item in [*spec["advice"], *families().get("common_advice", [])]:
         try:
-            if item.get("when") and not env.compile_expression(item["when"])(**ctx):
+            if item.get("when") and not _condition(item["when"])(**ctx):
                 continue
-            text = " ".join(env.from_string(item["text"]).render(**ctx).split())
+            text = " ".join(_template(item["text"]).render(**ctx).split())
         except (TemplateError, TypeError, ValueError, ZeroDivisionError, OverflowError):
             continue
         if text:

@@ -44,11 +44,26 @@ def rdp_curve(noise_multiplier: float, sample_rate: float, steps: int,
 
 @lru_cache(maxsize=64)
 def _rdp_one_step(noise_multiplier: float, sample_rate: float, orders: tuple) -> np.ndarray:
-    """One step's ε(α); ε(α) is non-decreasing in α, so orders above the first infinite one
-    (sorted grid) are +inf without being computed."""
+    """One step's ε(α): the series of every order at once (defenses/rdp.py, Opacus' values to
+    rounding); where that cannot answer an order (Opacus' own scalar code raises for it), order
+    by order as Opacus computes it, non-finite as +inf. ε(α) is non-decreasing in α, so orders
+    above the first infinite one (sorted grid) are +inf without being computed."""
     from opacus.accountants.analysis.rdp import compute_rdp
 
+    from defenses import rdp
+
     a = np.asarray(orders, dtype=np.float64)
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        try:
+            fast = rdp.compute_rdp(sample_rate, noise_multiplier, 1, a)
+        except (ValueError, OverflowError):
+            fast = None
+    if fast is not None:
+        fast = np.where(np.isfinite(fast), fast, math.inf)
+        fast = np.where(np.maximum.accumulate(fast == math.inf), math.inf, fast)
+        fast.setflags(write=False)
+        return fast
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         vals: list[float] = []

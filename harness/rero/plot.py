@@ -74,7 +74,8 @@ def gamma_vs_epsilon(ev: Any, p: accounting.Privacy | None, path: Path,
     ax.set_xlabel("ε (at δ)" if p is not None else "ε")
     ax.set_ylabel("γ: bound on reconstruction success")
     ax.legend(fontsize=7)
-    fig.tight_layout()
+    # fixed margins (this figure's size is fixed): tight_layout measures every text, ~0.05 s a run
+    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.11, top=0.88)
     fig.savefig(path)
     plt.close(fig)
     return Path(path)

@@ -250,7 +250,7 @@ def plot_curves(curves: dict[str, list[tuple[int, float]]], path, title: str) ->
     ax.axhline(0.95, color="grey", lw=0.5, ls=":")
     ax.set_title(title)
     ax.legend()
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.1, right=0.97, bottom=0.14, top=0.91)  # fixed size: no tight_layout
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

@@ -287,10 +287,12 @@ def test_a_real_run_process_refuses_the_crafted_torchscript(tmp_path, crafted):
 
     import yaml
 
+    """The CLI's own process (format auto; every format and extension is refused in-process by
+    test_crafted_files_run_no_code_under_any_extension_or_format)."""
     marker, files = crafted
     p = tmp_path / "model.pt"
     p.write_bytes(files["torchscript"])
-    for fmt in ("auto", "torchscript"):
+    for fmt in ("auto",):
         data = make_scenario(interface={"kind": "prediction", "output": "probabilities"}, victim={
             "model": {"arch": "file", "path": str(p), "format": fmt},
             "data": {"dataset": "digits", "n_train": 100, "attacker_pool": 10}})

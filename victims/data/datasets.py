@@ -12,6 +12,7 @@ import gzip
 import os
 import zipfile
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,15 @@ def fashion_mnist_dir() -> Path | None:
 
 
 def _sklearn(name: str) -> tuple[np.ndarray, np.ndarray, tuple[int, ...], str]:
+    """A scikit-learn dataset as fresh (x, y) copies, its input shape and task."""
+    x, y, shape, task = _sklearn_arrays(name)
+    return x.copy(), y.copy(), shape, task
+
+
+@lru_cache(maxsize=3)
+def _sklearn_arrays(name: str) -> tuple[np.ndarray, np.ndarray, tuple[int, ...], str]:
+    """Read once per process: load_digits parses a gzipped CSV (~20 ms), which a sweep or a
+    scan of many cells would otherwise repeat for every victim."""
     from sklearn import datasets as skd
 
     if name == "digits":

@@ -273,7 +273,9 @@ def plot_grid(x, x_obf, y, y_obf, shape, ratio: float, path, cols: int = 8):
     axes[0][0].set_ylabel("original", fontsize=8)
     axes[1][0].set_ylabel(f"noise ×{ratio:g}", fontsize=8)
     fig.suptitle(f"noise orthogonal to the recovered span (noise-to-signal {ratio:g})", fontsize=9)
-    fig.tight_layout()
+    width, height = fig.get_size_inches()  # margins in inches: tight_layout measured every axes
+    fig.subplots_adjust(left=0.3 / width, right=1 - 0.05 / width, bottom=0.05 / height,
+                        top=1 - 0.55 / height, wspace=0.1, hspace=0.3)
     fig.savefig(path, dpi=80)
     plt.close(fig)
     return path

@@ -120,6 +120,8 @@ def digits(loss, *, output="probabilities", interface="gradient", pool="data", m
     })
 
 
+@pytest.mark.slow  # a strength comparison (~7 s); the default suite checks a surrogate's MLflow
+# curve in tests/harness/run/test_run_output.py and every interface in the attack contract
 def test_surrogate_gradients_beat_labels_and_curve_is_logged(tmp_path, tracking_uri):
     joint = one(digits("joint", extra=True), tmp_path / "j", capped=True, tracking_uri=tracking_uri)
     memb = one(digits("membership"), tmp_path / "m", capped=True)

@@ -106,6 +106,7 @@ def _run(tmp_path, victim, attacks, **over):
     return run_scenario(s, out=tmp_path)
 
 
+@pytest.mark.slow  # a strength comparison (~4 s); LiRA runs by default in the attack contract
 def test_lira_beats_loss_at_low_fpr_on_an_overfit_victim(tmp_path):
     rep = _run(tmp_path, OVERFIT, [{"name": "mia_loss"},
                                    {"name": "mia_lira", "params": {"shadows": 16, "mode": "online"}}])
