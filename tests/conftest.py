@@ -11,6 +11,17 @@ import pytest  # noqa: E402
 import harness  # noqa: E402,F401  (pins threads before numpy/torch)
 
 
+def pytest_collection_finish(session):
+    """What collection imported (torch, MLflow, every test module) lives until the end: freeze
+    it, so the collector's full passes during the tests stop re-scanning it (measured on
+    tests/attacks + tests/rero: garbage collection took 10% of the CPU, gen-2 passes 9.4 s of it;
+    frozen, 6.7 s)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture(scope="session")
 def _mlflow_template(tmp_path_factory):
     """An initialised SQLite MLflow store (creating one runs migrations: ~10 s), built once."""

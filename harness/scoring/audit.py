@@ -121,32 +121,38 @@ def threshold_grid(scores: np.ndarray, size: int = 64) -> np.ndarray:
 
 def one_run_p_value(m: int, r: int, v: int, eps: float, delta: float) -> float:
     """P-value of ≥ v correct guesses out of r (m canaries) under (ε, δ)-DP (Steinke et al. Thm 3.1)."""
+    return float(_p_values(m, r, v, np.asarray([eps], dtype=np.float64), delta)[0])
+
+
+def _p_values(m: int, r: int, v: int, eps: np.ndarray, delta: float) -> np.ndarray:
+    """one_run_p_value at every ε of `eps` in one call of each scipy function."""
     if not 0 <= v <= r <= m:
         raise ValueError(f"need 0 ≤ v ≤ r ≤ m, got v={v}, r={r}, m={m}")
-    p = 1.0 / (1.0 + math.exp(-eps))
-    tail = float(stats.binom.sf(v - 1, r, p))  # P[Binom(r, p) ≥ v]
+    p = 1.0 / (1.0 + np.exp(-eps))
+    tail = stats.binom.sf(v - 1, r, p)  # P[Binom(r, p) ≥ v]
     if delta > 0 and v > 0:
         i = np.arange(1, v + 1)
-        pmf = stats.binom.pmf(v - i, r, p)  # P[Binom = v − i]
-        worst = float(np.max(np.cumsum(pmf) / i))  # max_i P[v − i ≤ Binom < v] / i
-        tail += 2 * m * delta * worst
-    return min(1.0, tail)
+        pmf = stats.binom.pmf(v - i[None, :], r, p[:, None])  # P[Binom = v − i]
+        worst = np.max(np.cumsum(pmf, axis=1) / i, axis=1)  # max_i P[v − i ≤ Binom < v] / i
+        tail = tail + 2 * m * delta * worst
+    return np.minimum(1.0, tail)
 
 
 def one_run_epsilon(m: int, r: int, v: int, delta: float, alpha: float = ALPHA) -> float:
-    """The largest ε whose one-run p-value stays below alpha (0 when none does); bisection."""
+    """The largest ε whose one-run p-value stays below alpha (0 when none does): 50 halvings of
+    the bracket, taken 6 at a time (63 interior points in one vectorised call; the p-value rises
+    with ε, so the same ε as halving one at a time, in 9 calls instead of 50)."""
     if r == 0 or one_run_p_value(m, r, v, 0.0, delta) >= alpha:
         return 0.0
     lo, hi = 0.0, 1.0
     while one_run_p_value(m, r, v, hi, delta) < alpha and hi < 200:
         lo, hi = hi, 2 * hi
-    for _ in range(50):
-        mid = 0.5 * (lo + hi)
-        if one_run_p_value(m, r, v, mid, delta) < alpha:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    for bits in (6, 6, 6, 6, 6, 6, 6, 6, 2):
+        n = 1 << bits
+        mids = lo + (hi - lo) * (np.arange(1, n) / n)
+        k = int(np.sum(_p_values(m, r, v, mids, delta) < alpha))  # the points below the threshold
+        lo, hi = (mids[k - 1] if k else lo), (mids[k] if k < n - 1 else hi)
+    return float(lo)
 
 
 @dataclass

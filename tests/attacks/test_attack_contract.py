@@ -29,7 +29,7 @@ from victims.local import LocalBackend
 BUDGET = 3000
 # the default run's lighter settings (the slow run uses every default): the surrogate learns until
 # its curve is flat after 2000 queries by default, ~8 s per tiny victim; here a few seconds in all
-QUICK_PARAMS = {"surrogate": {"min_queries": 200, "steps": 40, "final_steps": 40, "patience": 20}}
+QUICK_PARAMS = {"surrogate": {"min_queries": 100, "steps": 20, "final_steps": 20, "patience": 10}}
 ATTACKS = sorted(registry())
 # each interface with the outputs it is tried with (prediction: scores and label-only)
 OUTPUTS = {"prediction": ("probabilities", "label"), "gradient": ("probabilities",),
