@@ -5,6 +5,7 @@ and no source file over 500 lines."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -155,8 +156,10 @@ def test_the_room_rule_sees_an_upward_import():
         "harness.attacks.extraction.cryptanalysis"
 
 
+@functools.cache
 def _defined(path: Path) -> set[str]:
-    """The names a module defines or imports at its top level (what `from it import name` finds)."""
+    """The names a module defines or imports at its top level (what `from it import name` finds);
+    parsed once per module, however many modules import from it."""
     names: set[str] = set()
     for node in ast.parse(path.read_text(), str(path)).body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
