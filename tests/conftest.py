@@ -24,11 +24,21 @@ def pytest_collection_finish(session):
 
 @pytest.fixture(scope="session")
 def _mlflow_template(tmp_path_factory):
-    """An initialised SQLite MLflow store (creating one runs migrations: ~10 s), built once."""
+    """An initialised SQLite MLflow store (creating one runs MLflow's migrations: ~2 s of CPU),
+    built once per test run: the first xdist worker builds it in the run's shared folder, the
+    others wait for it."""
+    from filelock import FileLock
     from mlflow.tracking import MlflowClient
 
-    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
-    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1, ... under xdist
+    base = tmp_path_factory.getbasetemp()
+    folder = base.parent if worker else base  # pytest-N/, shared by this run's workers
+    path = folder / "mlflow-template.db"
+    with FileLock(str(folder / "mlflow-template.lock")):
+        if not path.is_file():
+            part = folder / f"mlflow-template-{worker or 'main'}.db"
+            MlflowClient(tracking_uri=f"sqlite:///{part}").search_experiments()
+            part.replace(path)
     return path
 
 

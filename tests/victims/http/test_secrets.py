@@ -123,13 +123,17 @@ def test_no_secret_reaches_any_output_report_or_mlflow_record(credential, comman
             assert secret not in text, (secret, where)
 
 
-def test_token_and_userinfo_together_is_exit_2_and_nothing_is_sent(tmp_path):
-    env = {**os.environ, "LEAKMETER_THREADS": "1", "LEAKMETER_SECRET_TOKEN": TOKEN}
+def test_token_and_userinfo_together_is_exit_2_and_nothing_is_sent(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    monkeypatch.setenv("LEAKMETER_SECRET_TOKEN", TOKEN)
     with EchoServer() as srv:
         scen = _scenario(tmp_path, f"http://{USER}:pw-Zr44-x@127.0.0.1:{srv.port}/invocations",
                          auth_env="LEAKMETER_SECRET_TOKEN")
-        res = _leakmeter(["validate", str(scen)], tmp_path, env)
-    assert res.returncode == 2 and "one of them" in res.stderr
+        res = CliRunner().invoke(main, ["validate", str(scen)])  # in this process: no run, no store
+    assert res.exit_code == 2 and "one of them" in res.stderr
     assert srv.requests == 0
     assert all(s not in res.stdout + res.stderr for s in (TOKEN, "pw-Zr44"))
 
