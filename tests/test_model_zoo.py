@@ -43,7 +43,6 @@ def test_no_false_pass_or_false_fail(rows):
     assert all(r["surrogate"] >= r["thief"] - 0.01 for r in rows.values()), rows
 
 
-
 @pytest.mark.slow
 def test_a_regressor_whose_curve_still_rises_at_the_cap_is_decided_with_its_reason(tmp_path):
     """The diabetes regressor's copy still gains ~0.006 R² per doubling at its 20,000-query cap:

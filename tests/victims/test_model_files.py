@@ -281,25 +281,24 @@ def test_cli_refuses_every_crafted_file_with_one_line_and_exit_2(command, tmp_pa
 
 
 def test_a_real_run_process_refuses_the_crafted_torchscript(tmp_path, crafted):
+    """The CLI's own process, format auto (every format and extension is refused in-process by
+    test_crafted_files_run_no_code_under_any_extension_or_format)."""
     import os
     import subprocess
     import sys
 
     import yaml
 
-    """The CLI's own process (format auto; every format and extension is refused in-process by
-    test_crafted_files_run_no_code_under_any_extension_or_format)."""
     marker, files = crafted
     p = tmp_path / "model.pt"
     p.write_bytes(files["torchscript"])
-    for fmt in ("auto",):
-        data = make_scenario(interface={"kind": "prediction", "output": "probabilities"}, victim={
-            "model": {"arch": "file", "path": str(p), "format": fmt},
-            "data": {"dataset": "digits", "n_train": 100, "attacker_pool": 10}})
-        (tmp_path / "s.yaml").write_text(yaml.safe_dump(data))
-        res = subprocess.run([sys.executable, "-c", "from harness.cli import main; main()", "run", "s.yaml",
-                              "--no-tracking"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                             env={**os.environ, "LEAKMETER_THREADS": "1"})
-        assert res.returncode == 2 and "--trust-model-code" in res.stderr, res.stderr
-        assert len(res.stderr.strip().splitlines()) == 1
-        assert not marker.exists()
+    data = make_scenario(interface={"kind": "prediction", "output": "probabilities"}, victim={
+        "model": {"arch": "file", "path": str(p), "format": "auto"},
+        "data": {"dataset": "digits", "n_train": 100, "attacker_pool": 10}})
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(data))
+    res = subprocess.run([sys.executable, "-c", "from harness.cli import main; main()", "run", "s.yaml",
+                          "--no-tracking"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "LEAKMETER_THREADS": "1"})
+    assert res.returncode == 2 and "--trust-model-code" in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert not marker.exists()
