@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 from fastapi import Request  # at module level: FastAPI resolves the handlers' annotations here
+from starlette.requests import ClientDisconnect
 
 from victims.http.guard import ByteBudget, ServerLimits, guarded_protocol, host_allowed, json_content_type
 from victims.http.protocol import INPUTS_HEADER
@@ -189,6 +190,9 @@ def make_app(served: ServedModel, budgets: KeyBudgets, keys: set[str] | None,
                 size += len(chunk)
                 chunks.append(chunk)
             return b"".join(chunks)
+        except ClientDisconnect:  # the client went away mid-body: nobody to answer, and no server bug
+            raise RequestError(499, "CLIENT_CLOSED_REQUEST", "the client closed the connection before "
+                               "its body arrived") from None
         finally:
             await buffered.give(size)
 
