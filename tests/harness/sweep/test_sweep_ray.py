@@ -8,10 +8,14 @@ from conftest import REPO
 from harness.scenario import apply_overrides, read_raw
 from harness.sweep.grid import plan_sweep, run_sweep
 
-pytest.importorskip("ray")
-
 SCENARIO = REPO / "scenarios" / "sweep-digits.yaml"
 SMALL = ["victim.data.n_train=300", "victim.training.epochs=5"]
+
+
+@pytest.fixture(autouse=True)
+def _needs_ray():
+    """Ray is imported when a test here runs, not when the module is collected (all are slow)."""
+    pytest.importorskip("ray")
 
 
 def _numbers(report):

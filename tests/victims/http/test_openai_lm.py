@@ -18,7 +18,12 @@ from victims.build import build_victim
 from victims.http.server import VictimServer
 from victims.http.server_openai import build_lm_served
 
-openai = pytest.importorskip("openai")
+
+@pytest.fixture
+def openai():
+    """The official client, imported by the tests that call it (not when the module is collected)."""
+    return pytest.importorskip("openai")
+
 
 LM = {"model": {"arch": "lm", "vocab": 128, "hidden": 8, "heads": 2, "layers": 1, "context": 16}}
 
@@ -32,7 +37,7 @@ def served(iface, defenses=None, budget=None, keys=None):
     return srv, victim
 
 
-def test_the_official_client_reads_the_served_api():
+def test_the_official_client_reads_the_served_api(openai):
     srv, victim = served({"top_logprobs": 5}, {"rounding": {"decimals": 4}}, budget=6, keys={"k1"})
     try:
         c = openai.OpenAI(base_url=srv.url, api_key="k1", max_retries=0)
@@ -56,7 +61,7 @@ def test_the_official_client_reads_the_served_api():
         srv.close()
 
 
-def test_logit_bias_refused_when_the_deployment_says_so():
+def test_logit_bias_refused_when_the_deployment_says_so(openai):
     srv, _ = served({"top_logprobs": 5, "logit_bias": False})
     try:
         c = openai.OpenAI(base_url=srv.url, api_key="x", max_retries=0)
@@ -92,7 +97,7 @@ def test_scan_of_the_served_lm_recovers_its_width(iface, tmp_path):
 
 
 @pytest.mark.slow  # two `leakmeter` processes start (~10 s each on a quiet machine)
-def test_leakmeter_serve_protocol_openai_answers_the_official_client(tmp_path):
+def test_leakmeter_serve_protocol_openai_answers_the_official_client(tmp_path, openai):
     """The command itself: `leakmeter serve SCENARIO --protocol openai` with API keys from the
     environment, called by the official client; a classifier scenario is refused (exit 2)."""
     import os
