@@ -93,7 +93,9 @@ def test_idx_folder_round_trip(tmp_path):
     assert np.array_equal(xtr, imgs[:40]) and np.array_equal(yte, labels[40:])
     ds = load_dataset(DataSpec(dataset="idx", path=str(tmp_path), n_train=30, attacker_pool=10,
                                standardize="none"), seed=0)
-    assert ds.input_shape == (1, 6, 6) and ds.x_train.max() <= 1.0 and len(ds.x_test) == 10
+    assert ds.input_shape == (1, 6, 6) and len(ds.x_test) == 10
+    pixels = {r.tobytes() for r in imgs[:40].reshape(40, -1) / 255.0}  # each row a stored image ÷ 255
+    assert ds.x_train.dtype == np.float64 and all(r.tobytes() in pixels for r in ds.x_train)
     (tmp_path / "t10k-labels-idx1-ubyte.gz").write_bytes(gzip.compress(b"\x01\x02junk"))
     with pytest.raises(BadInput, match="IDX"):
         load_idx_folder(tmp_path)
