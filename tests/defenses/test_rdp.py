@@ -62,8 +62,9 @@ def test_special_cases_are_opacus():
     assert np.isinf(rdp.compute_rdp(0.1, 1.0, 10, orders)[-1])
 
 
-@pytest.mark.parametrize("eps,delta,q,epochs", [(1.0, 1e-5, 0.1, 100), (8.0, 1e-5, 64 / 300, 10),
-                                                (3.0, 1e-5, 0.01, 5), (50.0, 1e-5, 0.5, 1)])
+@pytest.mark.parametrize("eps,delta,q,epochs", [
+    (1.0, 1e-5, 0.1, 100), (8.0, 1e-5, 64 / 300, 10), (3.0, 1e-5, 0.01, 5),
+    pytest.param(50.0, 1e-5, 0.5, 1, marks=pytest.mark.slow)])  # Opacus' own search: 1.6 s here
 def test_noise_multiplier_is_opacus_search_result(eps, delta, q, epochs):
     """The same σ as Opacus' get_noise_multiplier (the σ make_private_with_epsilon picks)."""
     from opacus.accountants.utils import get_noise_multiplier
