@@ -64,6 +64,7 @@ def server(tmp_path_factory):
         proc.wait(timeout=20)
     except subprocess.TimeoutExpired:
         proc.kill()
+    assert "Traceback" not in err.read_text(), err.read_text()[-2000:]  # not even as it stops
 
 
 def _post(port, data=None, headers=None, **kw):
