@@ -236,17 +236,19 @@ def test_user_model_file_with_npz_pool_and_a_false_claim_is_caught(tmp_path):
 
 
 @pytest.mark.parametrize("task, k_out", [("multiclass", 4), ("binary", 1), ("regression", 1)])
-def test_batched_mlp_gradients_equal_vmap_grad(task, k_out):
-    """The stacked trainer's bmm gradients are torch.func's vmap(grad(loss)), model for model."""
+@pytest.mark.parametrize("acts", [["tanh", "relu"], ["relu", "relu"]])
+def test_batched_mlp_gradients_equal_vmap_grad(task, k_out, acts):
+    """The stacked trainer's bmm gradients are torch.func's vmap(grad(loss)), model for model; a
+    ReLU MLP's are written out (`_relu_grads`), any other goes through autograd (`_mlp_grads`)."""
     from torch.func import functional_call, grad, vmap
 
     from harness.attacker.ghost_norms import ghost_layers
-    from harness.attacker.stacked_training import _mlp_grads
+    from harness.attacker.stacked_training import _mlp_grads, _relu_grads
     from victims.models.builders import build_mlp
     from victims.models.training import loss_fn
 
     torch.manual_seed(0)
-    model = build_mlp(6, k_out, [5, 3], ["tanh", "relu"], [True, False, True]).double()
+    model = build_mlp(6, k_out, [5, 3], acts, [True, False, True]).double()
     names = [n for n, _ in model.named_parameters()]
     params = {n: torch.randn(7, *p.shape, dtype=torch.float64) for n, p in model.named_parameters()}
     is_w = {n: float(params[n].dim() > 2) for n in names}
@@ -260,6 +262,10 @@ def test_batched_mlp_gradients_equal_vmap_grad(task, k_out):
         return crit(functional_call(model, p, (xb,)), yb) + 0.5 * wd * pen
 
     want = vmap(grad(loss))(params, x, y)
-    got = _mlp_grads(ghost_layers(model), names, crit, wd, is_w)(params, x, y)
-    for n in names:
-        assert torch.allclose(got[n], want[n], atol=1e-13, rtol=1e-11), n
+    written = _relu_grads(ghost_layers(model), names, task, wd, is_w)
+    assert (written is not None) == (acts == ["relu", "relu"])
+    for fn in [_mlp_grads(ghost_layers(model), names, crit, wd, is_w), *([written] if written else [])]:
+        got = fn(params, x, y)
+        assert set(got) == set(names)
+        for n in names:
+            assert torch.allclose(got[n], want[n], atol=1e-13, rtol=1e-11), n
