@@ -18,7 +18,8 @@ Minibatch recipes are reproduced as the victim is trained (victims/models/traini
   its target ε for this q and number of epochs.
 Per-example norms use ghost norms for Sequential MLPs (harness/attacker/shadows.py) and vmap(vmap(grad))
 otherwise. Non-private SGD's gradients are written out for ReLU MLPs, one batched autograd pass for
-other MLPs, vmap(grad) for the rest. Full-batch recipes (batch_size null or `steps`) take one step per epoch/step on all n.
+other MLPs, vmap(grad) for the rest. Full-batch recipes (batch_size null or `steps`) take one step
+per epoch/step on all n.
 
 Device (victims/devices.py): the K models train where the run's policy sends their work (under
 `device: auto`, CUDA once K × n × epochs × 3 forward passes reach its threshold, even when the
@@ -190,7 +191,7 @@ def _train_chunk(recipe, x, y, idx, seed, init_seeds, sizes=None, dev=None) -> t
     return flat.detach()
 
 
-def _sgd(model, params, names, out, crit, x, y, idx, seed, t, task="multiclass"):
+def _sgd(model, params, names, out, crit, x, y, idx, seed, t, task):
     """Non-private SGD, minibatch or full batch, every model its own batch order."""
     k, n = idx.shape
     is_w = {m: float(params[m].dim() > 2) for m in names}  # stacked: a weight matrix has 3 dims
