@@ -121,15 +121,6 @@ def apply_trust(allowed: bool) -> None:
     allow_model_code(allowed)
 
 
-def freeze_imports() -> None:
-    """After the command's heavy imports: torch, MLflow and the rest live until the process ends,
-    so the garbage collector's full passes need not walk them again (gc.freeze). Measured on the
-    quickstart: 2-3 s less CPU of ~20."""
-    import gc
-
-    gc.freeze()
-
-
 def guarded(fn):
     """Turn BadInput into one line and exit 2; any other crash into one line and exit 3."""
 

@@ -16,7 +16,6 @@ from harness.cli.common import (
     choose,
     choose_attacks,
     ci_outputs,
-    freeze_imports,
     guarded,
     print_summary,
     write_ci_outputs,
@@ -59,7 +58,6 @@ def run(scenario, overrides, only, skip, json_path, out, tracking_uri, no_tracki
         from harness.core.interrupts import Interrupted
         from harness.run.runner import run_scenario
         from reports.verdict import exit_code
-        freeze_imports()
 
     if no_tracking:
         s.tracking.enabled = False

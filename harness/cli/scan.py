@@ -16,7 +16,6 @@ from harness.cli.common import (
     check_output_paths,
     ci_outputs,
     endpoint_line,
-    freeze_imports,
     guarded,
     print_attacks,
     print_verdict,
@@ -65,7 +64,6 @@ def scan(scenario, overrides, baseline, tolerances, json_path, out, tracking_uri
     with busy(f"loading {s.name} ({scenario}): importing torch and MLflow"):
         apply_trust(trust_model_code)
         import harness.run.runner  # noqa: F401  (the scan's heavy imports, under the stage line)
-        freeze_imports()
     from harness.core.interrupts import Interrupted
 
     try:

@@ -20,7 +20,6 @@ from harness.cli.common import (
     apply_trust,
     check_output_paths,
     ci_outputs,
-    freeze_imports,
     guarded,
     write_ci_outputs,
 )
@@ -73,7 +72,6 @@ def sweep(scenario, grid, overrides, seeds, max_cells, jobs, executor, ray_addre
         plan = plan_sweep(raw, scenario, list(grid), seeds, max_cells)  # plans each cell's attacks
         from harness.scenario.checks import preflight
         from victims.http.endpoint import read_headers, read_token
-        freeze_imports()
 
     for cell, s in zip(plan.cells, plan.scenarios, strict=True):
         try:
